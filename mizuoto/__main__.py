@@ -1,0 +1,5 @@
+import sys
+
+from mizuoto.cli import main
+
+sys.exit(main())

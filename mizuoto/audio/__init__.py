@@ -1,0 +1,1 @@
+"""Audio files without torchaudio."""

@@ -1,0 +1,137 @@
+"""`python -m mizuoto`: say, engines, doctor, save-dummy.
+
+CPU settings are applied before torch is imported, so nothing at module level here imports torch.
+Every user error prints one line and exits with status 2, leaving no partial output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from mizuoto.core.compute import cpu
+from mizuoto.core.errors import MizuotoError
+
+EXIT_USER_ERROR = 2
+
+
+def _engine_params():
+    from mizuoto import engines
+
+    seen = {}
+    for spec in engines.all_engines().values():
+        for param in spec.speak_params:
+            seen.setdefault(param.name, (param, []))[1].append(spec.id)
+    return seen
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mizuoto import engines
+
+    parser = argparse.ArgumentParser(
+        prog="python -m mizuoto",
+        description="Mizuoto: native PyTorch text-to-speech engines on one acceleration runtime.",
+        epilog="Run 'python -m mizuoto COMMAND --help' for each command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    say = sub.add_parser("say", help="speak a text into a WAV file",
+                         description="Speak TEXT with an engine and write a WAV file; prints the run "
+                                     "report as JSON.")
+    say.add_argument("text", metavar="TEXT", help="what to say")
+    say.add_argument("--engine", required=True, metavar="ID",
+                     help=f"engine to use: {', '.join(engines.ids())}")
+    say.add_argument("--model", metavar="PATH", help="checkpoint file (default: the engine's built-in "
+                                                     "weights, where it has them)")
+    say.add_argument("--seed", type=int, metavar="N",
+                     help="random seed, 0 to 2^64-1 (default: a fresh one, printed in the report)")
+    say.add_argument("--policy", metavar="P", help="attention policy (default: the engines.<id>.attention "
+                                                   "setting, auto unless changed)")
+    say.add_argument("--strict", action="store_true",
+                     help="refuse to load when the named attention backend cannot run here")
+    say.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    say.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
+    say.add_argument("--settings", metavar="FILE", help="settings file (default: $MIZUOTO_SETTINGS or "
+                                                        "~/.config/mizuoto/settings.toml)")
+    say.add_argument("--format", default="pcm16", choices=("pcm16", "float32"),
+                     help="WAV sample format (default: pcm16)")
+    say.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
+    group = say.add_argument_group("engine parameters")
+    for name, (param, owners) in _engine_params().items():
+        group.add_argument(param.cli_flag, dest=f"param_{name}", type=param.kind, default=None,
+                           metavar=param.kind.__name__.upper(),
+                           help=f"{param.help} (default {param.default}; {', '.join(owners)})")
+
+    sub.add_parser("engines", help="list the engines and their parameters")
+
+    doctor = sub.add_parser("doctor", help="report the environment, settings and engines as JSON")
+    doctor.add_argument("--settings", metavar="FILE", help="settings file to check")
+
+    save = sub.add_parser("save-dummy", help="write the dummy engine's weights to a safetensors file")
+    save.add_argument("path", metavar="PATH.safetensors")
+    save.add_argument("--weights-seed", type=int, default=0, help="seed the weights are drawn from")
+    return parser
+
+
+def cmd_say(args) -> int:
+    from mizuoto import engines
+    from mizuoto.audio import wav
+    from mizuoto.core.errors import InputError
+    from mizuoto.host import load_model, speak
+
+    spec = engines.get(args.engine)
+    if not args.text.strip():
+        raise InputError("text is empty; give some words to speak")
+    output = wav.check_writable(args.output)  # before any work, so a bad path costs nothing
+    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
+                        strict=args.strict, settings_file=args.settings)
+    speech = speak(loaded, args.text, seed=args.seed, params=params)
+    wav.write(output, speech.waveform, speech.sample_rate, args.format)
+    print(json.dumps({**speech.report, "output": str(output)}, indent=2))
+    return 0
+
+
+def cmd_engines(args) -> int:
+    from mizuoto import engines
+
+    for spec in engines.all_engines().values():
+        print(f"{spec.id}: {spec.display_name} - {spec.description}")
+        print(f"  weights licence: {spec.weights_license}"
+              + ("  (must be accepted before loading)" if spec.license_acceptance else ""))
+        for param in spec.speak_params:
+            print(f"  {param.cli_flag} {param.kind.__name__} (default {param.default}): {param.help}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from mizuoto import doctor
+
+    print(json.dumps(doctor.report(settings_file=args.settings), indent=2))
+    return 0
+
+
+def cmd_save_dummy(args) -> int:
+    from mizuoto.engines.dummy import engine
+
+    path = engine.save(engine.build(weights_seed=args.weights_seed), args.path)
+    print(json.dumps({"saved": str(path), "weights_seed": args.weights_seed}))
+    return 0
+
+
+COMMANDS = {"say": cmd_say, "engines": cmd_engines, "doctor": cmd_doctor, "save-dummy": cmd_save_dummy}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cpu.apply()  # before anything imports torch
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except MizuotoError as exc:
+        print(f"mizuoto: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("mizuoto: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Process placement decided before torch is imported (see `cpu`)."""

@@ -1,0 +1,82 @@
+"""What an engine declares about itself, without importing torch.
+
+The declaration is the single source for everything generated per engine: the settings schema
+(`engines.<id>.*`), the CLI's options and the ComfyUI loader and speak nodes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from mizuoto.core.errors import InputError
+from mizuoto.core.settings import EngineSettings, Option
+
+
+@dataclass(frozen=True)
+class Param:
+    """A speak parameter: a node widget and a CLI option of the same name."""
+
+    name: str
+    kind: type  # int, float, str or bool
+    default: Any
+    help: str
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    choices: tuple | None = None
+
+    @property
+    def cli_flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any) -> Any:
+        """Convert and range-check `value`; a bad one is a one-line error naming the parameter."""
+        try:
+            if self.kind is bool and not isinstance(value, bool):
+                raise ValueError
+            value = self.kind(value)
+        except (TypeError, ValueError):
+            raise InputError(f"{self.name} must be a {self.kind.__name__}, got {value!r}") from None
+        if self.choices is not None and value not in self.choices:
+            raise InputError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
+            raise InputError(f"{self.name} must be between {self.min} and {self.max}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    id: str
+    display_name: str
+    description: str
+    implementation: str  # module (relative to the engine package) with load() and speak()
+    weights_license: str
+    license_acceptance: bool = False  # the weights' licence must be accepted before loading
+    checkpoint_suffixes: tuple[str, ...] = (".safetensors",)
+    builtin_weights: bool = False  # can build weights itself (tests, the dummy engine)
+    load_options: tuple[Option, ...] = ()
+    speak_params: tuple[Param, ...] = field(default_factory=tuple)
+
+    def settings(self) -> EngineSettings:
+        return EngineSettings(self.id, self.load_options)
+
+    def implementation_module(self):
+        """Import the engine's code (this is where torch gets imported)."""
+        return importlib.import_module(f"mizuoto.engines.{self.id}.{self.implementation}")
+
+    def speak_defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.speak_params}
+
+    def check_speak_params(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        known = {p.name: p for p in self.speak_params}
+        unknown = sorted(set(given or {}) - set(known))
+        if unknown:
+            raise InputError(f"engine {self.id} has no parameter {unknown[0]!r}; "
+                             f"its parameters are: {', '.join(known) or 'none'}")
+        values = self.speak_defaults()
+        for name, value in (given or {}).items():
+            if value is not None:
+                values[name] = known[name].check(value)
+        return values

@@ -1,0 +1,34 @@
+"""LoadedModelInfo: what a model was loaded with, as reported in every output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LoadedModelInfo:
+    engine: str
+    source: str
+    device: str
+    dtype: str
+    attention: str  # the policy name; 'auto' runs every site's reference
+    strict: bool
+    compile: bool
+    cuda_graphs: bool
+    fast: tuple[str, ...]
+    load_options: dict[str, Any] = field(default_factory=dict)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "model": self.source,
+            "device": self.device,
+            "dtype": self.dtype,
+            "params": {
+                "fast": list(self.fast),
+                "compile": self.compile,
+                "cuda_graphs": self.cuda_graphs,
+                "load_options": dict(self.load_options),
+            },
+        }

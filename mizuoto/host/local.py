@@ -1,0 +1,107 @@
+"""Load a model and run requests on it in this process (the CLI and the nodes both use this)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mizuoto import engines
+from mizuoto.core.errors import CheckpointError, InputError
+from mizuoto.core.options import RuntimeOptions
+from mizuoto.engines.spec import EngineSpec
+from mizuoto.runtime.accel import AccelPolicy, features, policy_for
+from mizuoto.runtime.context import RequestContext
+
+from . import settings as host_settings
+from .devices import resolve_device, resolve_dtype
+from .info import LoadedModelInfo
+from .run import Run
+
+
+@dataclass
+class LoadedModel:
+    spec: EngineSpec
+    state: Any  # the engine's own loaded object
+    info: LoadedModelInfo
+    policy: AccelPolicy
+
+
+@dataclass(frozen=True)
+class Speech:
+    waveform: Any  # torch.Tensor (channels, samples), float32, on the CPU
+    sample_rate: int
+    report: dict[str, Any]
+
+
+def check_model_path(spec: EngineSpec, model: str | Path | None) -> Path | None:
+    if model is None or str(model) == "":
+        if spec.builtin_weights:
+            return None
+        raise InputError(f"engine {spec.id} needs a model file; pass one ending in "
+                         f"{' or '.join(spec.checkpoint_suffixes)}")
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"model file {path} does not exist")
+    if path.is_file() and path.suffix.lower() not in spec.checkpoint_suffixes:
+        raise CheckpointError(f"{path} is not a {spec.id} checkpoint; expected a file ending in "
+                              f"{' or '.join(spec.checkpoint_suffixes)}")
+    return path
+
+
+def load_model(engine: str, model: str | Path | None = None, *, device: str = "auto",
+               dtype: str = "float32", policy: str | None = None, strict: bool = False,
+               settings_file=None, overrides: dict[str, Any] | None = None) -> LoadedModel:
+    """Load `engine`'s model from `model` (or its built-in weights), with the settings in force now."""
+    spec = engines.get(engine)
+    overrides = dict(overrides or {})
+    if policy is not None:
+        policy_for(policy, strict)  # an unknown name fails here, with the list of known ones
+        overrides[f"engines.{spec.id}.attention"] = policy
+    options = RuntimeOptions.read(spec.id, host_settings.current(settings_file, overrides))
+    accel_policy = policy_for(options.attention, strict)
+    path = check_model_path(spec, model)
+    torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    state = spec.implementation_module().load(path, torch_device, torch_dtype, options)
+    info = LoadedModelInfo(
+        engine=spec.id,
+        source=state.source,
+        device=str(torch_device),
+        dtype=dtype,
+        attention=accel_policy.name,
+        strict=accel_policy.strict,
+        compile=options.compile,
+        cuda_graphs=options.cuda_graphs,
+        fast=features.applied(),
+        load_options=dict(options.load_options),
+    )
+    return LoadedModel(spec, state, info, accel_policy)
+
+
+def speak(loaded: LoadedModel, text: str, seed: int | None = None,
+          params: dict[str, Any] | None = None, ctx: RequestContext | None = None) -> Speech:
+    """Generate speech for `text`; `seed` fixes every random draw of the request."""
+    values = loaded.spec.check_speak_params(params)
+    ctx = ctx or RequestContext(seed, accel=loaded.policy.binding)
+    run = Run(ctx.seed, loaded.policy.name)
+    waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values)
+    run.finish()
+    if waveform.dim() != 2 or waveform.dtype.is_complex or not bool(waveform.isfinite().all()):
+        raise RuntimeError(f"engine {loaded.spec.id} produced an invalid waveform "
+                           f"(shape {tuple(waveform.shape)}); this is a bug in Mizuoto")
+    seconds = waveform.shape[-1] / rate
+    report = {
+        **loaded.info.report(),
+        "seed": ctx.seed,
+        "speak": values,
+        "attention": run.attention_report(),
+        "sample_rate": rate,
+        "channels": int(waveform.shape[0]),
+        "samples": int(waveform.shape[-1]),
+        "audio_seconds": round(seconds, 4),
+        "wall_seconds": round(run.wall_seconds, 4),
+        "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else math.inf,
+        "warnings": run.warnings,
+    }
+    return Speech(waveform, rate, report)

@@ -1,0 +1,21 @@
+"""The pack's ComfyUI nodes (classic V1 classes: plain Python, testable without the host)."""
+
+import os
+
+from mizuoto import engines
+
+from .engine_nodes import make_loader, make_speaker
+
+NODE_CLASS_MAPPINGS = {}
+NODE_DISPLAY_NAME_MAPPINGS = {}
+
+for _spec in engines.all_engines().values():
+    for _cls, _role in ((make_loader(_spec), "Loader"), (make_speaker(_spec), "Speak")):
+        NODE_CLASS_MAPPINGS[_cls.__name__] = _cls
+        NODE_DISPLAY_NAME_MAPPINGS[_cls.__name__] = f"Mizuoto {_spec.display_name} {_role}"
+
+# In a wheel the front end is installed beside this package (mizuoto/web); a clone serves ./web
+# through the top-level entry instead.
+WEB_DIRECTORY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+
+__all__ = ["NODE_CLASS_MAPPINGS", "NODE_DISPLAY_NAME_MAPPINGS", "WEB_DIRECTORY"]

@@ -1,0 +1,76 @@
+"""A loader node and a speak node per engine, generated from the engine's declaration."""
+
+from __future__ import annotations
+
+import json
+
+from mizuoto.engines.spec import EngineSpec
+from mizuoto.host import load_model, speak
+from mizuoto.host.devices import DEVICES, DTYPES
+
+from . import models
+from .types import AUDIO, CATEGORY, MODEL, POLICY, SEED_MAX, comfy_audio
+from .widgets import option_widget, param_widget
+
+
+def _class_name(spec: EngineSpec, role: str) -> str:
+    # Node ids are saved in users' workflows: keep them stable.
+    return f"Mizuoto{spec.display_name.replace(' ', '')}{role}"
+
+
+def make_loader(spec: EngineSpec) -> type:
+    def INPUT_TYPES(cls):
+        required = {
+            "model": (models.choices(spec), {"tooltip": f"checkpoint from models/tts/{spec.id}/"}),
+            "device": (list(DEVICES), {"default": "auto"}),
+            "dtype": (list(DTYPES), {"default": "float32"}),
+        }
+        for option in spec.load_options:
+            required[option.key] = option_widget(option)
+        return {"required": required,
+                "optional": {"policy": (POLICY, {"tooltip": "from an Accel Policy node; default auto"})}}
+
+    def load(self, model, device, dtype, policy=None, **load_options):
+        overrides = {f"engines.{spec.id}.load_options.{k}": v for k, v in load_options.items()}
+        name, strict = (policy.name, policy.strict) if policy is not None else (None, False)
+        return (load_model(spec.id, models.resolve(spec, model), device=device, dtype=dtype,
+                           policy=name, strict=strict, overrides=overrides),)
+
+    return type(_class_name(spec, "Loader"), (), {
+        "INPUT_TYPES": classmethod(INPUT_TYPES),
+        "RETURN_TYPES": (MODEL,),
+        "RETURN_NAMES": ("model",),
+        "FUNCTION": "load",
+        "CATEGORY": f"{CATEGORY}/{spec.display_name}",
+        "DESCRIPTION": f"Load a {spec.display_name} model. {spec.description}",
+        "load": load,
+    })
+
+
+def make_speaker(spec: EngineSpec) -> type:
+    def INPUT_TYPES(cls):
+        required = {
+            "model": (MODEL,),
+            "text": ("STRING", {"multiline": True, "default": "Hello from Mizuoto."}),
+            "seed": ("INT", {"default": 0, "min": 0, "max": SEED_MAX, "control_after_generate": True}),
+        }
+        for param in spec.speak_params:
+            required[param.name] = param_widget(param)
+        return {"required": required}
+
+    def generate(self, model, text, seed, **params):
+        speech = speak(model, text, seed=seed, params=params)
+        report = json.dumps(speech.report, indent=2)
+        # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
+        return {"ui": {"report": [report]},
+                "result": (comfy_audio(speech.waveform, speech.sample_rate), report)}
+
+    return type(_class_name(spec, "Speak"), (), {
+        "INPUT_TYPES": classmethod(INPUT_TYPES),
+        "RETURN_TYPES": (AUDIO, "STRING"),
+        "RETURN_NAMES": ("audio", "report"),
+        "FUNCTION": "generate",
+        "CATEGORY": f"{CATEGORY}/{spec.display_name}",
+        "DESCRIPTION": f"Speak a text with {spec.display_name}; returns the audio and a JSON run report.",
+        "generate": generate,
+    })
