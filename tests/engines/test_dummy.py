@@ -1,0 +1,198 @@
+import pytest
+import torch
+
+from mizuoto.core.errors import CheckpointError, InputError
+from mizuoto.engines.dummy import engine, model, text
+from mizuoto.engines.dummy.config import small
+from mizuoto.host import load_model, speak
+
+TEXT = "The quick brown fox."
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model("dummy", device="cpu")
+
+
+def test_same_seed_same_samples_bit_for_bit(loaded):
+    a = speak(loaded, TEXT, seed=7).waveform
+    b = speak(loaded, TEXT, seed=7).waveform
+    assert a.dtype == torch.float32 and a.dim() == 2 and a.shape[0] == 1
+    assert torch.equal(a, b)
+
+
+def test_other_seed_other_audio_same_length(loaded):
+    a = speak(loaded, TEXT, seed=7).waveform
+    b = speak(loaded, TEXT, seed=8).waveform
+    assert a.shape == b.shape  # the seed draws phases and breath, not durations
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_two_loads_give_identical_weights_and_audio():
+    a = speak(load_model("dummy", device="cpu"), TEXT, seed=3).waveform
+    b = speak(load_model("dummy", device="cpu"), TEXT, seed=3).waveform
+    assert torch.equal(a, b)
+
+
+def test_audio_is_real_sound(loaded):
+    speech = speak(loaded, TEXT, seed=1)
+    wave = speech.waveform[0]
+    assert wave.abs().max() <= 0.9 and wave.abs().max() > 0.05
+    assert wave.std() > 0.01
+    # Lead-in and lead-out silence come from the BOS and EOS tokens' zero energy.
+    assert wave[:20].abs().max() < 1e-2 and wave[-20:].abs().max() < 1e-2
+    # Longer text, longer audio.
+    assert speak(loaded, TEXT * 3, seed=1).waveform.shape[-1] > 2 * wave.shape[-1]
+
+
+def test_text_changes_the_sound(loaded):
+    a = speak(loaded, "aaaa", seed=1).waveform
+    b = speak(loaded, "zzzz", seed=1).waveform
+    assert a.shape != b.shape or not torch.equal(a, b)
+
+
+def test_speed_parameter(loaded):
+    normal = speak(loaded, TEXT, seed=1).waveform.shape[-1]
+    fast = speak(loaded, TEXT, seed=1, params={"speed": 2.0}).waveform.shape[-1]
+    assert fast < 0.6 * normal
+    with pytest.raises(InputError, match="speed must be between 0.25 and 4.0"):
+        speak(loaded, TEXT, params={"speed": 9})
+    with pytest.raises(InputError, match="has no parameter 'pitch'"):
+        speak(loaded, TEXT, params={"pitch": 1})
+
+
+def test_sample_rate_load_option():
+    slow = load_model("dummy", device="cpu", overrides={"engines.dummy.load_options.sample_rate": 16000})
+    speech = speak(slow, TEXT, seed=1)
+    assert speech.sample_rate == 16000 and speech.report["params"]["load_options"] == {"sample_rate": 16000}
+    default = speak(load_model("dummy", device="cpu"), TEXT, seed=1)
+    assert default.sample_rate == 24000
+    assert abs(speech.waveform.shape[-1] / 16000 - default.waveform.shape[-1] / 24000) < 1e-9
+
+
+def test_empty_or_blank_text(loaded):
+    for bad in ("", "   \n\t"):
+        with pytest.raises(InputError, match="text is empty"):
+            speak(loaded, bad, seed=1)
+
+
+def test_too_long_text(loaded):
+    with pytest.raises(InputError, match="too long"):
+        speak(loaded, "a" * 5000, seed=1)
+
+
+def test_text_is_normalised():
+    config = small()
+    assert text.encode("e\u0301  x", config) == text.encode("\u00e9 x", config)
+
+
+def test_weights_never_touch_the_global_generator():
+    before = torch.get_rng_state()
+    engine.build(weights_seed=5)
+    speak(load_model("dummy", device="cpu"), TEXT, seed=1)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_weights_seed_matters():
+    a, b = engine.build(weights_seed=0), engine.build(weights_seed=1)
+    assert not torch.equal(a.head.weight, b.head.weight)
+    assert torch.equal(a.head.weight, engine.build(weights_seed=0).head.weight)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    built = engine.build(weights_seed=4)
+    path = engine.save(built, tmp_path / "w.safetensors")
+    loaded = load_model("dummy", path, device="cpu")
+    assert loaded.info.source == str(path)
+    for name, tensor in built.state_dict().items():
+        assert torch.equal(loaded.state.model.state_dict()[name], tensor)
+    fresh_from_builtin = load_model("dummy", device="cpu")
+    assert not torch.equal(speak(loaded, TEXT, seed=1).waveform, speak(fresh_from_builtin, TEXT, seed=1).waveform)
+
+
+def test_checkpoint_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_model("dummy", tmp_path / "missing.safetensors")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match="not a readable safetensors file"):
+        load_model("dummy", junk)
+    wrong_suffix = tmp_path / "w.bin"
+    wrong_suffix.write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="ending in .safetensors"):
+        load_model("dummy", wrong_suffix)
+
+
+def test_checkpoint_of_another_engine(tmp_path):
+    from safetensors.torch import save_file
+
+    other = tmp_path / "other.safetensors"
+    save_file({"w": torch.zeros(2)}, str(other), metadata={"mizuoto.engine": "qwen3tts"})
+    with pytest.raises(CheckpointError, match="belongs to engine 'qwen3tts'"):
+        load_model("dummy", other)
+    plain = tmp_path / "plain.safetensors"
+    save_file({"w": torch.zeros(2)}, str(plain))
+    with pytest.raises(CheckpointError, match="not a Mizuoto dummy checkpoint"):
+        load_model("dummy", plain)
+
+
+def test_checkpoint_with_wrong_tensors(tmp_path):
+    from safetensors.torch import save_file
+
+    built = engine.build()
+    state = {k: v.contiguous() for k, v in built.state_dict().items()}
+    meta = {"mizuoto.engine": "dummy", "mizuoto.format": "1", "mizuoto.config": built.config.to_json()}
+    del state["head.bias"]
+    save_file(state, str(tmp_path / "a.safetensors"), metadata=meta)
+    with pytest.raises(CheckpointError, match="missing \\['head.bias'\\]"):
+        load_model("dummy", tmp_path / "a.safetensors")
+
+
+def test_failed_save_leaves_nothing(tmp_path, monkeypatch):
+    import safetensors.torch
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", broken)
+    with pytest.raises(OSError):
+        engine.save(engine.build(), tmp_path / "w.safetensors")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_attention_goes_through_the_dispatcher(loaded, monkeypatch):
+    calls = []
+    reference = model.ATTN.reference
+
+    def counting(*args):
+        calls.append(args[3] is None)  # mask
+        return reference(*args)
+
+    monkeypatch.setattr(model.ATTN, "reference", counting)
+    speak(loaded, TEXT, seed=1)
+    assert calls == [True] * loaded.state.config.layers
+
+
+def test_batch_with_padding_matches_single_texts(loaded):
+    from mizuoto.runtime.context import RequestContext
+
+    texts = ["short", "a considerably longer sentence"]
+    batched = engine.frame_parameters(loaded.state, texts, RequestContext(0))
+    for t, raw in zip(texts, batched, strict=True):
+        (single,) = engine.frame_parameters(loaded.state, [t], RequestContext(0))
+        torch.testing.assert_close(raw, single, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_runs(dtype):
+    speech = speak(load_model("dummy", device="cpu", dtype=dtype), TEXT, seed=1)
+    assert speech.waveform.dtype == torch.float32 and speech.report["dtype"] == dtype
+
+
+def test_report(loaded):
+    report = speak(loaded, TEXT, seed=11).report
+    assert report["engine"] == "dummy" and report["seed"] == 11 and report["device"] == "cpu"
+    assert report["attention"] == {"policy": "auto"}
+    assert report["params"]["fast"] == [] and report["params"]["compile"] is False
+    assert report["samples"] / report["sample_rate"] == pytest.approx(report["audio_seconds"], abs=1e-3)
+    assert report["real_time_factor"] > 0 and report["warnings"] == []

@@ -1,0 +1,55 @@
+import os
+import struct
+import wave
+
+import pytest
+import torch
+
+from mizuoto.audio import wav
+from mizuoto.core.errors import InputError
+
+
+def signal(channels=2, n=1000):
+    t = torch.arange(n) / 16000
+    return torch.stack([torch.sin(2 * torch.pi * 440 * (c + 1) * t) * 0.5 for c in range(channels)])
+
+
+def test_pcm16_is_readable_by_the_standard_library(tmp_path):
+    path = wav.write(tmp_path / "a.wav", signal(), 16000)
+    with wave.open(str(path)) as w:
+        assert (w.getnchannels(), w.getframerate(), w.getsampwidth(), w.getnframes()) == (2, 16000, 2, 1000)
+        frames = w.readframes(2)
+    first = struct.unpack("<4h", frames)
+    expected = (signal()[:, :2].T.flatten() * 32767).round().to(torch.int16).tolist()
+    assert list(first) == expected
+
+
+def test_float32_round_trip_is_exact(tmp_path):
+    x = signal(1, 777)
+    back, rate = wav.read(wav.write(tmp_path / "f.wav", x, 22050, "float32"))
+    assert rate == 22050 and torch.equal(back, x)
+
+
+def test_pcm16_round_trip_within_one_step(tmp_path):
+    x = signal()
+    back, _ = wav.read(wav.write(tmp_path / "p.wav", x, 16000))
+    assert (back - x).abs().max() <= 1 / 32767
+
+
+def test_clipping(tmp_path):
+    back, _ = wav.read(wav.write(tmp_path / "c.wav", torch.tensor([[2.0, -2.0]]), 8000))
+    assert back.tolist() == [[1.0, -1.0]]
+
+
+def test_mode_is_a_normal_new_file(tmp_path):
+    path = wav.write(tmp_path / "m.wav", signal(), 16000)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_unwritable_paths(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        wav.check_writable(tmp_path / "no" / "a.wav")
+    with pytest.raises(InputError, match="is a folder"):
+        wav.check_writable(tmp_path)
