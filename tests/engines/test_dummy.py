@@ -196,3 +196,13 @@ def test_report(loaded):
     assert report["params"]["fast"] == [] and report["params"]["compile"] is False
     assert report["samples"] / report["sample_rate"] == pytest.approx(report["audio_seconds"], abs=1e-3)
     assert report["real_time_factor"] > 0 and report["warnings"] == []
+
+
+def test_options_are_read_at_each_load(monkeypatch):
+    first = load_model("dummy", device="cpu")
+    monkeypatch.setenv("MIZUOTO_ENGINES__DUMMY__LOAD_OPTIONS__SAMPLE_RATE", "16000")
+    second = load_model("dummy", device="cpu")
+    assert (first.info.load_options, second.info.load_options) == ({"sample_rate": 24000}, {"sample_rate": 16000})
+    # A model already loaded keeps what it was loaded with.
+    assert speak(first, TEXT, seed=1).sample_rate == 24000
+    assert speak(second, TEXT, seed=1).sample_rate == 16000

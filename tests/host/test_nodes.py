@@ -6,16 +6,10 @@ import torch
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.runtime.accel import policy_for
 
-# The nodes package is loaded the way ComfyUI loads it: through the pack's entry (see the fixture).
-
 
 @pytest.fixture(scope="module")
-def pack(repo_module):
-    return repo_module
-
-
-@pytest.fixture(scope="module")
-def repo_module():
+def pack():
+    """The pack's entry module, loaded the way ComfyUI loads a custom_nodes folder."""
     import importlib.util
     import sys
     from pathlib import Path

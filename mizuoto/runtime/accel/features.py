@@ -29,6 +29,8 @@ def apply(switches) -> tuple[str, ...]:
                 continue  # torch < 2.7 has no such switch
             torch.backends.cuda.matmul.allow_fp16_accumulation = True
         elif name == "math_sdp_reduction":
+            if not hasattr(torch.backends.cuda, "allow_fp16_bf16_reduction_math_sdp"):
+                continue  # torch < 2.5
             torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
         elif name == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = True
