@@ -37,7 +37,13 @@ def _import_library():
 
 _import_library()
 
-from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS  # noqa: E402
+if __package__:
+    from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
+else:
+    # Imported as a lone module rather than as a package: pytest does this with the repository
+    # root (it holds this file) when the folder's name is not a Python identifier. There is no
+    # package to import the nodes from then, and no host to give them to.
+    NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS = {}, {}
 
 WEB_DIRECTORY = "./web"
 

@@ -49,3 +49,13 @@ def test_pack_adds_only_mizuoto(repo, tmp_path):
     assert result["mappings"] == ["MizuotoDummyLoader", "MizuotoDummySpeak"]
     assert result["web"]
     assert result["mizuoto_from"] == str(pack / "mizuoto")
+
+
+def test_entry_imported_as_a_lone_module(repo):
+    # pytest imports the repository root's __init__.py this way when the folder's name is not a
+    # Python identifier (as in CI's clone); it must not fail, and it registers nothing.
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('__init__', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(m.NODE_CLASS_MAPPINGS)")
+    out = subprocess.run([sys.executable, "-c", code, str(repo / "__init__.py")], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "{}"
