@@ -37,7 +37,22 @@ def _import_library():
 
 _import_library()
 
+
+def _start_host():
+    # ComfyUI's start-up is the host start-up: apply compute.fast from the settings once. A bad
+    # settings file must not keep the nodes from loading; the error shows again at the first load.
+    from mizuoto.core.errors import MizuotoError
+    from mizuoto.host import startup
+
+    try:
+        startup.start()
+    except MizuotoError as exc:
+        logging.getLogger("mizuoto").error("Mizuoto: %s", exc)
+
+
+
 if __package__:
+    _start_host()
     from .nodes import NODE_CLASS_MAPPINGS, NODE_DISPLAY_NAME_MAPPINGS
 else:
     # Imported as a lone module rather than as a package: pytest does this with the repository

@@ -79,12 +79,13 @@ def cmd_say(args) -> int:
     from mizuoto import engines
     from mizuoto.audio import wav
     from mizuoto.core.errors import InputError
-    from mizuoto.host import load_model, speak
+    from mizuoto.host import load_model, speak, startup
 
     spec = engines.get(args.engine)
     if not args.text.strip():
         raise InputError("text is empty; give some words to speak")
     output = wav.check_writable(args.output)  # before any work, so a bad path costs nothing
+    startup.start(args.settings)
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)

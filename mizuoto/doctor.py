@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import platform
 import sys
-from importlib import metadata
 from typing import Any
 
 from mizuoto.core.compute import cpu
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
+from mizuoto.runtime.accel.probes import package_version
 
 
 def report(settings_file=None) -> dict[str, Any]:
@@ -36,11 +29,28 @@ def report(settings_file=None) -> dict[str, Any]:
                 "applied": cpu.apply()},
         "cuda": {"available": torch.cuda.is_available(),
                  "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]},
-        "packages": {name: _version(name) for name in ("safetensors", "numpy", "flash-attn", "xformers",
-                                                        "sageattention")},
+        "packages": {name: package_version(name) for name in ("safetensors", "numpy")},
         "settings": {key: {"value": list(value) if isinstance(value, tuple) else value,
                            "from": settings.sources[key]} for key, value in settings.values.items()},
         "engines": {spec.id: {"name": spec.display_name, "weights_license": spec.weights_license}
                     for spec in engines.all_engines().values()},
         "attention_sites": sorted(accel.REGISTRY),
+        "acceleration": acceleration(settings, torch.__version__),
+    }
+
+
+def acceleration(settings, torch_version: str) -> dict[str, Any]:
+    """The acceleration check: the settings that matter, each optional kernel package (version from
+    metadata, not imported), whether each backend runs on each device (probed in a child process,
+    so a kernel that crashes cannot take the doctor down), and install commands that keep torch."""
+    from mizuoto.runtime.accel import features, report
+
+    relevant = {key: value for key, value in settings.values.items()
+                if key.startswith("compute.") or key.endswith(".attention")}
+    return {
+        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in relevant.items()},
+        "fast_applied": list(features.applied()),
+        "packages": report.packages(),
+        "devices": report.probe_in_subprocess(),
+        "install": report.install_commands(torch_version),
     }

@@ -6,7 +6,34 @@ from pathlib import Path
 
 import pytest
 
+from mizuoto.runtime.accel import dispatch
+
 REPO = Path(__file__).resolve().parents[1]
+
+# Small-engine tests run with the dispatcher's DEBUG checks: every call that passes a mask_info has it
+# compared with its dense mask.
+dispatch.DEBUG = True
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With MIZUOTO_TEST_ACCEL=count, fail the run when a declared attention site of an engine never
+    went through the dispatcher (a call site that bypasses accel.attention, or an untested one)."""
+    if not dispatch.COUNT:
+        return
+    from mizuoto import engines
+    from mizuoto.runtime.accel import REGISTRY
+
+    for spec in engines.all_engines().values():
+        spec.implementation_module()  # declares the engine's sites
+    declared = {name for name, site in REGISTRY.items() if site.declared_in.startswith("mizuoto.engines.")}
+    missing = sorted(declared - dispatch.SEEN)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if missing:
+        reporter.write_line(f"\nMIZUOTO_TEST_ACCEL=count: attention sites never dispatched: {', '.join(missing)}",
+                            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    else:
+        reporter.write_line(f"\nMIZUOTO_TEST_ACCEL=count: all {len(declared)} engine attention sites dispatched")
 
 
 @pytest.fixture(autouse=True)

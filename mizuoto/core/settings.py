@@ -33,9 +33,14 @@ from .errors import SettingsError
 ENV_PREFIX = "MIZUOTO_"
 ENV_SETTINGS_FILE = "MIZUOTO_SETTINGS"
 
-# The attention policies a model can be loaded with. The dispatcher adds the backend policies as
-# it gains them; `auto` binds nothing and runs each site's reference computation.
-POLICY_NAMES: tuple[str, ...] = ("auto",)
+# The attention policies a model can be loaded with: `auto` binds nothing and runs each site's
+# reference; `host` puts ComfyUI's own choice first; `fast` takes the fastest backend that can run
+# each call; every other name is one backend (mizuoto/runtime/accel/backends, same order).
+POLICY_NAMES: tuple[str, ...] = (
+    "auto", "host", "fast",
+    "math", "cpu_flash", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+    "flash", "xformers", "sage", "sage3",
+)
 
 # compute.fast switches (applied once at host start by runtime/accel/features.py). Every one of
 # them changes results, so none is on by default.

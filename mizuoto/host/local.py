@@ -63,6 +63,7 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
     accel_policy = policy_for(options.attention, strict)
     path = check_model_path(spec, model)
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    accel_policy.check_device(torch_device)  # strict: refuse a named backend that cannot run here
     state = spec.implementation_module().load(path, torch_device, torch_dtype, options)
     info = LoadedModelInfo(
         engine=spec.id,
@@ -83,8 +84,8 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
           params: dict[str, Any] | None = None, ctx: RequestContext | None = None) -> Speech:
     """Generate speech for `text`; `seed` fixes every random draw of the request."""
     values = loaded.spec.check_speak_params(params)
-    ctx = ctx or RequestContext(seed, accel=loaded.policy.binding)
-    run = Run(ctx.seed, loaded.policy.name)
+    ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
+    run = Run(ctx.seed, loaded.policy.name, ctx.accel)
     waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values)
     run.finish()
     if waveform.dim() != 2 or waveform.dtype.is_complex or not bool(waveform.isfinite().all()):

@@ -11,13 +11,18 @@ from typing import Any
 class Run:
     seed: int
     policy: str
+    accel: Any = None  # the request's AccelRun; None under auto
     started: float = field(default_factory=time.perf_counter)
     wall_seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
     def finish(self) -> None:
         self.wall_seconds = time.perf_counter() - self.started
+        if self.accel is not None:
+            self.warnings.extend(self.accel.warnings())
 
     def attention_report(self) -> dict[str, Any]:
-        # With `auto` nothing is bound and nothing is counted: every site ran its reference.
-        return {"policy": self.policy}
+        if self.accel is None:
+            # auto binds nothing and counts nothing: every site ran its own reference.
+            return {"policy": self.policy}
+        return self.accel.report()

@@ -102,6 +102,12 @@ def test_engines_and_doctor(capsys):
     report = json.loads(stdout)
     assert code == 0 and report["torch"] == torch.__version__ and "dummy.attn" in report["attention_sites"]
     assert report["settings"]["compute.cuda_graphs"] == {"value": True, "from": "default"}
+    acceleration = report["acceleration"]
+    assert acceleration["settings"]["engines.dummy.attention"] == "auto"
+    assert set(acceleration["packages"]) >= {"flash-attn", "xformers", "sageattention"}
+    (cpu,) = acceleration["devices"]  # probed in a child process; no GPU here
+    assert cpu["device"] == "cpu" and cpu["backends"]["cpu_flash"]["ok"] and cpu["backends"]["math"]["ok"]
+    assert "--no-deps" in acceleration["install"]["flash"]
 
 
 def test_module_entry_point_help_and_exit_codes(tmp_path):

@@ -31,3 +31,11 @@ def test_unknown_switch():
     code = "from mizuoto.runtime.accel import features; features.apply(['warp'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode != 0 and "unknown compute.fast switch 'warp'" in out.stderr
+
+
+def test_cli_applies_compute_fast_from_settings_once(tmp_path):
+    settings = tmp_path / "s.toml"
+    settings.write_text('[compute]\nfast = ["cudnn_benchmark"]\n')
+    out = subprocess.run([sys.executable, "-m", "mizuoto", "say", "hi", "--engine", "dummy", "--settings",
+                          str(settings), "-o", str(tmp_path / "o.wav")], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["params"]["fast"] == ["cudnn_benchmark"]

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import os
+
 from mizuoto.runtime.context import ACCEL
 
+from . import mask as mask_checks
+from .call import Args
 from .site import Site
 
-# Training binds one policy for the whole process: autograd runs backward and checkpoint
+# Training binds one AccelRun for the whole process: autograd runs backward and checkpoint
 # recomputation on its own threads, where a context variable set on the caller's thread is unset.
 PROCESS_POLICY = None
+
+# Small-engine tests turn this on: every call with a mask_info checks it against the dense mask.
+DEBUG = False
+
+# MIZUOTO_TEST_ACCEL=count records every site that reached the dispatcher, so the test suite can fail
+# when a declared site of a small engine never did (a call that bypassed accel.attention).
+COUNT = os.environ.get("MIZUOTO_TEST_ACCEL", "") == "count"
+SEEN: set[str] = set()
 
 
 def attention(q, k, v, *, site: Site, mask=None, causal: bool = False, scale: float | None = None,
@@ -19,7 +31,18 @@ def attention(q, k, v, *, site: Site, mask=None, causal: bool = False, scale: fl
     SDPA's top-left `is_causal`. With no policy bound (auto) this is exactly the site's reference.
     `mask_info` describes the mask's structure for fused kernels; the reference ignores it.
     """
-    policy = ACCEL.get() or PROCESS_POLICY
-    if policy is None:
+    if COUNT:
+        SEEN.add(site.name)
+    if DEBUG and mask_info is not None and not _capturing():
+        mask_checks.check(mask_info, mask, causal, q, k)
+    bound = ACCEL.get() or PROCESS_POLICY
+    if bound is None:
         return site.reference(q, k, v, mask, causal, scale, enable_gqa, dropout_p)
-    return policy.attend(site, q, k, v, mask, causal, scale, enable_gqa, dropout_p, mask_info)
+    return bound.attend(site, q, k, v, Args(mask, causal, scale, enable_gqa, dropout_p, mask_info))
+
+
+def _capturing() -> bool:
+    # The DEBUG check reads tensors back; inside a CUDA graph capture that is illegal (warm-up checked).
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

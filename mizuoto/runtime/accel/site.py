@@ -34,7 +34,7 @@ class Site:
     backends (every autoregressive site).
     """
 
-    __slots__ = ("name", "reference", "swappable", "approx_ok", "declared_in")
+    __slots__ = ("name", "reference", "swappable", "approx_ok", "declared_in", "reference_label")
 
     def __init__(self, name: str, reference: Reference = sdpa_reference, swappable: bool = True,
                  approx_ok: bool = True):
@@ -45,6 +45,8 @@ class Site:
         self.swappable = swappable
         self.approx_ok = approx_ok
         self.declared_in = sys._getframe(1).f_globals.get("__name__", "?")
+        # How run reports name the reference when it runs: "sdpa" when it is torch's SDPA.
+        self.reference_label = "sdpa" if reference is sdpa_reference else "reference"
         previous = REGISTRY.get(name)
         # Re-running the same module (a reload) redeclares its sites; two modules sharing a name
         # would merge their statistics and hide one of them.
