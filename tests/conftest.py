@@ -25,7 +25,9 @@ def pytest_sessionfinish(session, exitstatus):
 
     for spec in engines.all_engines().values():
         spec.implementation_module()  # declares the engine's sites
-    declared = {name for name, site in REGISTRY.items() if site.declared_in.startswith("mizuoto.engines.")}
+    # Sites of the engines and of the shared blocks they run on (the Qwen decoder).
+    shipped = ("mizuoto.engines.", "mizuoto.nn.")
+    declared = {name for name, site in REGISTRY.items() if site.declared_in.startswith(shipped)}
     missing = sorted(declared - dispatch.SEEN)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if missing:

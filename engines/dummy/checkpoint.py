@@ -14,7 +14,7 @@ from .config import DummyConfig
 from .model import DummyModel
 
 ENGINE_KEY, CONFIG_KEY, FORMAT_KEY = "mizuoto.engine", "mizuoto.config", "mizuoto.format"
-FORMAT = "1"
+FORMAT = "2"  # 2: the autoregressive code decoder
 
 
 def save(model: DummyModel, path: str | os.PathLike) -> Path:

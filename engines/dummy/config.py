@@ -19,10 +19,27 @@ class DummyConfig:
     harmonics: int = 8
     sample_rate: int = 24000
     frame_ms: int = 10
-    min_frames: int = 3  # per token
-    max_frames: int = 14
+    min_frames: int = 2  # per code
+    max_frames: int = 8
     f0_low: float = 90.0
     f0_high: float = 280.0
+    # The autoregressive code decoder (a tiny Qwen3 on the shared QwenDecoder)
+    codes: int = 64  # acoustic codebook; decoder ids: codes, then EOS_CODE, then START_CODE
+    decoder_layers: int = 2
+    decoder_heads: int = 4
+    decoder_kv_heads: int = 2
+    decoder_head_dim: int = 16
+    decoder_mlp: int = 128
+    min_codes_per_byte: int = 1
+    max_codes_per_byte: int = 3
+
+    @property
+    def eos_code(self) -> int:
+        return self.codes
+
+    @property
+    def start_code(self) -> int:
+        return self.codes + 1
 
     @property
     def hop(self) -> int:

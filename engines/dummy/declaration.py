@@ -17,5 +17,11 @@ ENGINE = EngineSpec(
     ),
     speak_params=(
         Param("speed", float, 1.0, "speaking rate: 2.0 is twice as fast", min=0.25, max=4.0, step=0.05),
+        Param("temperature", float, 0.9, "sampling temperature of the code decoder", min=0.05, max=2.0, step=0.05),
+        Param("top_k", int, 50, "keep the k most likely codes (0: all)", min=0, max=1000, step=1),
+        Param("top_p", float, 0.95, "keep the most likely codes up to this probability mass", min=0.05, max=1.0,
+              step=0.01),
+        Param("repetition_penalty", float, 1.05, "discourage repeating codes (1: off)", min=1.0, max=2.0,
+              step=0.01),
     ),
 )

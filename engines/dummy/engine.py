@@ -8,6 +8,9 @@ from pathlib import Path
 import torch
 
 from mizuoto.core.options import RuntimeOptions
+from mizuoto.host.handles import ModelHandle
+from mizuoto.runtime import decode, sampling
+from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
 
 from . import checkpoint
@@ -23,6 +26,9 @@ BUILTIN_WEIGHTS_SEED = 0
 class DummyLoaded:
     model: DummyModel
     source: str
+    handle: ModelHandle
+    options: RuntimeOptions
+    encoder: object = None  # the compiled encoder, when compute.compile is on
 
     @property
     def config(self) -> DummyConfig:
@@ -30,7 +36,7 @@ class DummyLoaded:
 
     @property
     def device(self) -> torch.device:
-        return self.model.head.weight.device
+        return self.model.code_head.weight.device
 
 
 def _empty_model(config: DummyConfig) -> DummyModel:
@@ -69,28 +75,75 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     # The synthesiser's rate is a load option, not part of the weights.
     rate = options.load_options.get("sample_rate", model.config.sample_rate)
     model.config = replace(model.config, sample_rate=rate)
-    return DummyLoaded(model.to(device=device, dtype=dtype), description)
+    model = model.to(device=device, dtype=dtype)
+    encoder = compile_module(model.encoder, options.compile, "dummy.encoder", device=device)
+    return DummyLoaded(model, description, ModelHandle(model, device), options, encoder)
 
 
-def batch_ids(texts: list[str], config: DummyConfig, device) -> torch.Tensor:
-    """Encode texts into one right-padded (B, L) id tensor."""
+def batch_ids(texts: list[str], config: DummyConfig, device) -> tuple[torch.Tensor, bool]:
+    """Encode texts into one right-padded (B, L) id tensor, and whether any row is padded."""
     encoded = [encode(t, config) for t in texts]
     width = max(len(ids) for ids in encoded)
-    return torch.tensor([ids + [PAD] * (width - len(ids)) for ids in encoded], device=device)
+    padded = any(len(ids) < width for ids in encoded)
+    return torch.tensor([ids + [PAD] * (width - len(ids)) for ids in encoded], device=device), padded
 
 
-def frame_parameters(loaded: DummyLoaded, texts: list[str], ctx: RequestContext) -> list[torch.Tensor]:
-    """The model's raw per-token outputs for each text (padding removed)."""
-    ids = batch_ids(texts, loaded.config, loaded.device)
+def text_states(loaded: DummyLoaded, texts: list[str], ctx: RequestContext) -> list[torch.Tensor]:
+    """The encoder's states for each text (padding removed)."""
+    ids, padded = batch_ids(texts, loaded.config, loaded.device)
     with torch.inference_mode(), ctx.step():
-        raw = loaded.model(ids)
-    lengths = (ids != PAD).sum(dim=1).tolist()
-    return [raw[i, :n] for i, n in enumerate(lengths)]
+        states = (loaded.encoder or loaded.model.encoder)(ids, padded)
+    lengths = [len(encode(t, loaded.config)) for t in texts]
+    return [states[i, :n] for i, n in enumerate(lengths)]
+
+
+def sampler_for(config: DummyConfig, params: dict, n_bytes: int, device) -> sampling.Sampler:
+    return sampling.Sampler(sampling.SamplingParams(
+        temperature=params["temperature"], top_k=params["top_k"] or None, top_p=params["top_p"],
+        repetition_penalty=params["repetition_penalty"], min_new_tokens=config.min_codes_per_byte * n_bytes,
+        eos_token_ids=(config.eos_code,)), config.codes + 1, device)
+
+
+def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext, params: dict) -> torch.Tensor:
+    """Text states (L, dim) -> acoustic codes (n,), drawn one at a time with one device wait per step."""
+    model, config, device = loaded.model, loaded.config, loaded.device
+    decoder = model.decoder
+    n_bytes = states.shape[0]
+    max_codes = config.max_codes_per_byte * n_bytes
+    length = n_bytes + 1  # the text, then the start code
+    positions = torch.arange(length + max_codes, device=device)[None]
+    cache = decoder.new_cache(1, length + max_codes)
+    sampler = sampler_for(config, params, n_bytes, device)
+    seen = torch.zeros(1, config.codes + 1, dtype=torch.bool, device=device) if sampler.needs_history else None
+
+    def logits_after(x: torch.Tensor, at: int) -> torch.Tensor:
+        kv = cache.length + x.shape[1]
+        with ctx.step():  # binds the model's attention policy for this step only
+            hidden = decoder(x, positions[:, at: at + x.shape[1]], cache,
+                             decoder.mask_for(None, x.shape[1], kv, padded=False))
+            return model.code_head(hidden[:, -1]).float()
+
+    def step(ids: torch.Tensor, index: int) -> torch.Tensor:
+        return logits_after(decoder.embed_tokens(ids), length + index)
+
+    with torch.inference_mode():
+        start = torch.full((1, 1), config.start_code, device=device)
+        logits = logits_after(torch.cat([model.bridge(states[None]), decoder.embed_tokens(start)], dim=1), 0)
+        tokens, n = decode.generate_tokens(step, logits, sampler, ctx.generator_for(device), max_codes,
+                                           (config.eos_code,), None, seen,
+                                           before_step=lambda _: ctx.raise_if_cancelled())
+    codes = tokens[0, :n]
+    return codes[:-1] if n and int(codes[-1]) == config.eos_code else codes
 
 
 def speak(loaded: DummyLoaded, text: str, ctx: RequestContext, params: dict) -> tuple[torch.Tensor, int]:
     """Text -> (waveform (channels, samples) float32 on the CPU, sample rate)."""
-    (raw,) = frame_parameters(loaded, [text], ctx)
-    with torch.inference_mode(), ctx.step():
+    (states,) = text_states(loaded, [text], ctx)
+    codes = decode_codes(loaded, states, ctx, params)
+    model = loaded.model
+    with torch.inference_mode():
+        raw = model.code_params(codes.clamp(max=loaded.config.codes - 1))
+        # A lead-in and a lead-out frame around the codes: the synthesiser silences the first and last.
+        raw = torch.cat([raw[:1], raw, raw[-1:]]) if raw.shape[0] else model.code_params.weight[:2]
         wave = synthesise(raw, loaded.config, params["speed"], ctx.generator_for(loaded.device))
     return wave.cpu(), loaded.config.sample_rate

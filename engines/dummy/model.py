@@ -1,4 +1,4 @@
-"""A tiny transformer encoder: byte ids to per-token frame parameters."""
+"""The dummy model: a tiny text encoder and an autoregressive code decoder."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from mizuoto.nn.qwen import QwenConfig, QwenDecoder
+from mizuoto.nn.rotary import inverse_frequencies
 from mizuoto.runtime import accel
 
 from .config import PAD, DummyConfig
@@ -51,31 +53,49 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
     return table
 
 
-class DummyModel(nn.Module):
+class TextEncoder(nn.Module):
+    """Bidirectional encoder over the text's bytes (the engine's own attention site, dummy.attn)."""
+
     def __init__(self, config: DummyConfig):
         super().__init__()
         self.config = config
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
         self.norm = nn.LayerNorm(config.dim)
-        self.head = nn.Linear(config.dim, config.frame_params)
         # Fixed, not learned: part of the architecture, so not stored in checkpoints.
         self.register_buffer("positions", sinusoids(config.max_tokens, config.dim), persistent=False)
+
+    def forward(self, ids: torch.Tensor, padded: bool) -> torch.Tensor:
+        """ids (B, L), right-padded with PAD -> states (B, L, dim). `padded`: whether any row is padded."""
+        # Padded keys are masked out; without padding the unmasked call needs no mask at all.
+        mask = (ids != PAD)[:, None, None, :] if padded else None
+        x = self.embed(ids) + self.positions[: ids.shape[1]].to(self.embed.weight.dtype)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.norm(x)
+
+
+class DummyModel(nn.Module):
+    """Text encoder, then an autoregressive decoder of acoustic codes on the shared QwenDecoder; each
+    code owns a row of raw synthesiser parameters (code_params)."""
+
+    def __init__(self, config: DummyConfig):
+        super().__init__()
+        self.config = config
+        self.encoder = TextEncoder(config)
+        self.bridge = nn.Linear(config.dim, config.dim)
+        self.decoder = QwenDecoder(QwenConfig(
+            hidden_size=config.dim, intermediate_size=config.decoder_mlp, num_layers=config.decoder_layers,
+            num_heads=config.decoder_heads, num_kv_heads=config.decoder_kv_heads,
+            head_dim=config.decoder_head_dim, rope_theta=10000.0, vocab_size=config.codes + 2))
+        self.code_head = nn.Linear(config.dim, config.codes + 1)  # the codes and EOS
+        self.code_params = nn.Embedding(config.codes, config.frame_params)
 
     def reset_buffers(self) -> None:
         """Recompute the fixed buffers (after building on the meta device and `to_empty`)."""
         with torch.no_grad():
-            self.positions.copy_(sinusoids(self.config.max_tokens, self.config.dim))
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (B, L), right-padded with PAD -> raw frame parameters (B, L, frame_params)."""
-        keep = ids != PAD
-        # Padded keys are masked out; a batch of one has no padding and takes the unmasked path.
-        mask = None if bool(keep.all()) else keep[:, None, None, :]
-        x = self.embed(ids) + self.positions[: ids.shape[1]].to(self.embed.weight.dtype)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.head(self.norm(x))
+            self.encoder.positions.copy_(sinusoids(self.config.max_tokens, self.config.dim))
+            self.decoder.rotary.inv_freq.copy_(inverse_frequencies(self.config.decoder_head_dim, 10000.0))
 
 
 def init_weights(model: DummyModel, seed: int) -> None:
@@ -86,8 +106,10 @@ def init_weights(model: DummyModel, seed: int) -> None:
         for name, param in model.named_parameters():
             if name.endswith("bias"):
                 values = torch.randn(param.shape, generator=generator) * 0.02
-            elif param.dim() == 1:  # LayerNorm gains: around one, but not exactly (tests see them)
+            elif param.dim() == 1:  # norm gains: around one, but not exactly (tests see them)
                 values = 1.0 + torch.randn(param.shape, generator=generator) * 0.1
+            elif name == "code_params.weight":  # raw synthesiser controls: spread, so codes sound apart
+                values = torch.randn(param.shape, generator=generator) * 1.5
             else:
                 values = torch.randn(param.shape, generator=generator) * (1.0 / math.sqrt(param.shape[-1]))
             param.copy_(values.to(param.dtype))

@@ -41,7 +41,7 @@ def test_engine_parameters_and_model_file(tmp_path, capsys):
     code, stdout, _ = run_main(capsys, "say", "hi", "--engine", "dummy", "--model", str(model), "--speed", "1.5",
                                "-o", str(tmp_path / "o.wav"))
     report = json.loads(stdout)
-    assert code == 0 and report["model"] == str(model) and report["speak"] == {"speed": 1.5}
+    assert code == 0 and report["model"] == str(model) and report["speak"]["speed"] == 1.5
 
 
 def test_settings_file_option(tmp_path, capsys):

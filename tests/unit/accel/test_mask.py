@@ -90,4 +90,4 @@ def test_count_mode_records_sites():
             "speak(load_model('dummy', device='cpu'), 'hi', seed=1); print(json.dumps(sorted(dispatch.SEEN)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**__import__("os").environ, "MIZUOTO_TEST_ACCEL": "count"})
-    assert json.loads(out.stdout) == ["dummy.attn"]
+    assert json.loads(out.stdout) == ["dummy.attn", "qwen.attn"]
