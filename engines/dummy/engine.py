@@ -9,9 +9,11 @@ import torch
 
 from mizuoto.core.options import RuntimeOptions
 from mizuoto.host.handles import ModelHandle
+from mizuoto.nn.qwen import AttentionStep
 from mizuoto.runtime import decode, sampling
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.graphs import DecoderSteps
 
 from . import checkpoint
 from .config import PAD, DummyConfig, small
@@ -29,6 +31,7 @@ class DummyLoaded:
     handle: ModelHandle
     options: RuntimeOptions
     encoder: object = None  # the compiled encoder, when compute.compile is on
+    steps: DecoderSteps | None = None  # the decoder's step, with its CUDA graphs when used
 
     @property
     def config(self) -> DummyConfig:
@@ -104,6 +107,16 @@ def sampler_for(config: DummyConfig, params: dict, n_bytes: int, device) -> samp
         eos_token_ids=(config.eos_code,)), config.codes + 1, device)
 
 
+def decode_steps(loaded: DummyLoaded):
+    """The decoder's one-code step: CUDA graphs of everything but attention when they are usable for
+    this model now (kept on the loaded model across requests), else the same segments eagerly."""
+    graphs = loaded.handle.graphs_for(loaded.options.cuda_graphs)
+    if loaded.steps is None or loaded.steps.graphs is not graphs:
+        model = loaded.model
+        loaded.steps = DecoderSteps(model.decoder, graphs, head=lambda h: model.code_head(h[:, -1]).float())
+    return loaded.steps
+
+
 def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext, params: dict) -> torch.Tensor:
     """Text states (L, dim) -> acoustic codes (n,), drawn one at a time with one device wait per step."""
     model, config, device = loaded.model, loaded.config, loaded.device
@@ -115,20 +128,23 @@ def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext,
     cache = decoder.new_cache(1, length + max_codes)
     sampler = sampler_for(config, params, n_bytes, device)
     seen = torch.zeros(1, config.codes + 1, dtype=torch.bool, device=device) if sampler.needs_history else None
-
-    def logits_after(x: torch.Tensor, at: int) -> torch.Tensor:
-        kv = cache.length + x.shape[1]
-        with ctx.step():  # binds the model's attention policy for this step only
-            hidden = decoder(x, positions[:, at: at + x.shape[1]], cache,
-                             decoder.mask_for(None, x.shape[1], kv, padded=False))
-            return model.code_head(hidden[:, -1]).float()
+    steps = decode_steps(loaded)
 
     def step(ids: torch.Tensor, index: int) -> torch.Tensor:
-        return logits_after(decoder.embed_tokens(ids), length + index)
+        at = length + index
+        with ctx.step():  # binds the model's attention policy for this step only
+            mask = decoder.mask_for(None, 1, at + 1, padded=False)
+            logits = steps(ids, decoder.rope(positions[:, at: at + 1], model.code_head.weight.dtype),
+                           AttentionStep(cache, mask))
+        cache.advance(1)
+        return logits
 
     with torch.inference_mode():
-        start = torch.full((1, 1), config.start_code, device=device)
-        logits = logits_after(torch.cat([model.bridge(states[None]), decoder.embed_tokens(start)], dim=1), 0)
+        with ctx.step():
+            start = torch.full((1, 1), config.start_code, device=device)
+            prompt = torch.cat([model.bridge(states[None]), decoder.embed(start)], dim=1)
+            hidden = decoder(prompt, positions[:, :length], cache, decoder.mask_for(None, length, length))
+            logits = model.code_head(hidden[:, -1]).float()
         tokens, n = decode.generate_tokens(step, logits, sampler, ctx.generator_for(device), max_codes,
                                            (config.eos_code,), None, seen,
                                            before_step=lambda _: ctx.raise_if_cancelled())

@@ -15,7 +15,9 @@ class LoadedModelInfo:
     attention: str  # the policy name; 'auto' runs every site's reference
     strict: bool
     compile: bool
-    cuda_graphs: bool
+    cuda_graphs: bool  # the setting
+    graphs: bool  # whether CUDA graphs can be used for this model on its device
+    fused_projections: bool
     fast: tuple[str, ...]
     load_options: dict[str, Any] = field(default_factory=dict)
 
@@ -29,6 +31,8 @@ class LoadedModelInfo:
                 "fast": list(self.fast),
                 "compile": self.compile,
                 "cuda_graphs": self.cuda_graphs,
+                "graphs": self.graphs,
+                "fused_projections": self.fused_projections,
                 "load_options": dict(self.load_options),
             },
         }

@@ -11,6 +11,7 @@ from mizuoto import engines
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
 from mizuoto.engines.spec import EngineSpec
+from mizuoto.runtime import graphs
 from mizuoto.runtime.accel import AccelPolicy, features, policy_for
 from mizuoto.runtime.context import RequestContext
 
@@ -74,6 +75,8 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
         strict=accel_policy.strict,
         compile=options.compile,
         cuda_graphs=options.cuda_graphs,
+        graphs=graphs.usable(torch_device, options.cuda_graphs),
+        fused_projections=bool(getattr(state, "fused_projections", False)),
         fast=features.applied(),
         load_options=dict(options.load_options),
     )

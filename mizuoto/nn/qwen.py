@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,13 @@ class Masked:
     dense: torch.Tensor | None
     causal: bool
     info: MaskInfo
+
+
+class AttentionStep(NamedTuple):
+    """What a layer's attention needs besides q, k, v: the cache to write to and the mask."""
+
+    cache: "KVCache"
+    mask: Masked
 
 
 class KVCache:
@@ -220,16 +228,16 @@ class QwenLayer(nn.Module):
         """x (B, L, hidden) -> (q, k, v, residual)."""
         return (*self.self_attn.project(rms_norm(self.input_layernorm, x), *rope), x)
 
-    def attend(self, q, k, v, cache: KVCache, mask: Masked) -> torch.Tensor:
-        return self.self_attn.attend(q, k, v, cache, mask)
+    def attend(self, q, k, v, step: AttentionStep) -> torch.Tensor:
+        return self.self_attn.attend(q, k, v, step.cache, step.mask)
 
     def after(self, attended: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         x = residual + self.self_attn.o_proj(attended)
         return x + self.mlp(rms_norm(self.post_attention_layernorm, x))
 
-    def forward(self, x, rope, cache: KVCache, mask: Masked) -> torch.Tensor:
+    def forward(self, x, rope, step: AttentionStep) -> torch.Tensor:
         q, k, v, residual = self.before(x, rope)
-        return self.after(self.attend(q, k, v, cache, mask), residual)
+        return self.after(self.attend(q, k, v, step), residual)
 
 
 class QwenDecoder(nn.Module):
@@ -242,7 +250,11 @@ class QwenDecoder(nn.Module):
         self.rotary = Rotary(config.head_dim, config.rope_theta)
         self.fused_projections = False
 
-    # -- the pieces a step is made of (LayerSteps captures before/after, attention stays eager) -------
+    # -- the pieces a step is made of (runtime.graphs.DecoderSteps captures embed, before, after and
+    # finish; attention stays eager) --------------------------------------------------------------------
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(ids)
 
     def rope(self, positions: torch.Tensor, dtype: torch.dtype):
         return self.rotary(positions, dtype)
@@ -256,8 +268,9 @@ class QwenDecoder(nn.Module):
         Keys are written to `cache` at [cache.length, cache.length + L), which then advances by L.
         """
         rope = self.rope(positions, x.dtype)
+        step = AttentionStep(cache, mask)
         for layer in self.layers:
-            x = layer(x, rope, cache, mask)
+            x = layer(x, rope, step)
         cache.advance(x.shape[1])
         return self.finish(x)
 

@@ -228,3 +228,31 @@ def test_options_are_read_at_each_load(monkeypatch):
     # A model already loaded keeps what it was loaded with.
     assert speak(first, TEXT, seed=1).sample_rate == 24000
     assert speak(second, TEXT, seed=1).sample_rate == 16000
+
+
+def test_one_device_wait_per_decode_step(loaded, monkeypatch):
+    import sys
+
+    from mizuoto.runtime import decode
+    from mizuoto.runtime.accel import dispatch
+    from mizuoto.runtime.context import RequestContext
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
+    from test_decode import HostReads
+
+    monkeypatch.setattr(dispatch, "DEBUG", False)  # DEBUG's mask check reads tensors on purpose
+    seen = {}
+    original = decode.generate_tokens
+
+    def counted(*args, **kwargs):
+        with HostReads() as mode:
+            tokens, n = original(*args, **kwargs)
+        seen.update(reads=mode.reads, steps=n)
+        return tokens, n
+
+    monkeypatch.setattr(decode, "generate_tokens", counted)
+    (states,) = engine.text_states(loaded.state, [TEXT], RequestContext(0))
+    engine.decode_codes(loaded.state, states, RequestContext(5), loaded.spec.speak_defaults())
+    # bool(tensor) dispatches as is_nonzero under inference_mode and as _local_scalar_dense otherwise:
+    # either way one read of one value.
+    assert seen["steps"] > 5 and len(seen["reads"]) == seen["steps"]
