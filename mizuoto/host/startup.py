@@ -8,6 +8,7 @@ never touches either.
 from __future__ import annotations
 
 import logging
+import sys
 
 from mizuoto.core.compute import cpu
 
@@ -18,7 +19,10 @@ _started = False
 def start(settings_file=None) -> tuple[str, ...]:
     """Apply CPU placement and the compute.fast switches; returns the switches now in force."""
     global _started
-    cpu.apply()  # a no-op once torch is imported (ComfyUI imports it before custom nodes load)
+    if "torch" not in sys.modules:
+        # Only a host that starts the process places CPU threads and the allocator. Inside ComfyUI,
+        # torch is imported before custom nodes load, and the process is ComfyUI's to tune.
+        cpu.apply()
     from mizuoto.host import settings as host_settings
     from mizuoto.runtime.accel import features
 

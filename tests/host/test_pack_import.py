@@ -19,8 +19,13 @@ sys.modules[name] = module
 spec.loader.exec_module(module)
 added = sorted(set(sys.modules) - before)
 real = os.path.realpath(pack_dir)
-ours = [m for m in added if (getattr(sys.modules[m], "__file__", None) or "").startswith(real)
-        or any(os.path.realpath(p).startswith(real) for p in (getattr(sys.modules[m], "__path__", None) or []))]
+def inside(module):
+    paths = getattr(module, "__path__", None)
+    paths = list(paths) if isinstance(paths, (list, tuple)) or type(paths).__name__ == "_NamespacePath" else []
+    file = getattr(module, "__file__", None)
+    return (isinstance(file, str) and file.startswith(real)) or any(os.path.realpath(p).startswith(real)
+                                                                    for p in paths)
+ours = [m for m in added if inside(sys.modules[m])]
 print(json.dumps({
     "top_level_added": sorted({m.split(".")[0] for m in ours}),
     "nodes_is_host": sys.modules["nodes"] is host_nodes,
