@@ -6,7 +6,9 @@ For each device (the CPU and each GPU) it prints the probe of every backend, the
 and each kind of call (plain, masks, causal, GQA, decode steps with padding, windows), runs the call
 through the dispatcher under that backend's policy in float32 and bfloat16 and compares it with fp32
 math. A row says which backend actually ran (a fallback shows as `x→y`) and the max |error|. It exits
-non-zero when a backend that ran exceeds its tolerance, or a fallback chain misbehaves. On a machine
+non-zero when a backend that ran exceeds its tolerance, or a fallback chain misbehaves. On each GPU it
+also checks that the dummy engine gives the same samples with CUDA graphs on, off, and with a capture
+that fails, then runs scripts/graphs_check.py (both allocators, steps per second). On a machine
 without CUDA it checks the CPU backends only.
 """
 
@@ -15,7 +17,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -145,6 +149,37 @@ def check_fallback_chain(device, failures, rows):
         del REGISTRY[Broken.name]
 
 
+def check_engine_graphs(device, failures, rows):
+    """The dummy engine on `device`: CUDA graphs on and off, and a capture that fails, give the same
+    samples bit for bit (its decoder runs through DecoderSteps)."""
+    from mizuoto.host import load_model, speak
+    from mizuoto.runtime import graphs
+
+    def waveform(cuda_graphs: bool):
+        model = load_model("dummy", device=str(device), overrides={"compute.cuda_graphs": cuda_graphs})
+        first = speak(model, "Graphs replay exactly what eager code launches.", seed=11).waveform
+        again = speak(model, "Graphs replay exactly what eager code launches.", seed=11).waveform  # replays
+        return first, again, model
+
+    eager, _, _ = waveform(False)
+    captured, replayed, model = waveform(True)
+    original = graphs.Graphs.capture
+    graphs.Graphs.capture = lambda self, fn, state=(), pool=None: None  # every capture "fails": eager
+    try:
+        failed, _, _ = waveform(True)
+    finally:
+        graphs.Graphs.capture = original
+    for name, got in (("graphs, first request", captured), ("graphs, replayed", replayed),
+                      ("failed capture", failed)):
+        ok = torch.equal(got, eager)
+        rows.append({"device": str(device), "backend": "dummy engine", "case": name,
+                     "result": "ok identical to eager" if ok else "FAIL differs from eager"})
+        if not ok:
+            failures.append(f"{device}: dummy engine {name} differs from eager")
+    rows.append({"device": str(device), "backend": "dummy engine", "case": "graphs used",
+                 "result": str(model.info.graphs)})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", help="also write the rows and failures to this file")
@@ -155,10 +190,17 @@ def main() -> int:
         with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
             check_device(device, rows, failures)
             check_fallback_chain(device, failures, rows)
+            if device.type == "cuda":
+                check_engine_graphs(device, failures, rows)
     width = max(len(r["case"]) for r in rows)
     for row in rows:
         print(f"{row['device']:<8} {row['backend']:<15} {row['case']:<{width}}  {row['result']}")
     print(f"\n{len(failures)} failure(s)" + "".join(f"\n  {f}" for f in failures))
+    if torch.cuda.is_available():
+        # The graph runtime's own checks (toy decoder, failed captures, cudaMallocAsync, steps/s).
+        graphs_check = subprocess.run([sys.executable, str(Path(__file__).with_name("graphs_check.py"))])
+        if graphs_check.returncode != 0:
+            failures.append("scripts/graphs_check.py failed (see its output above)")
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump({"torch": torch.__version__, "rows": rows, "failures": failures}, f, indent=2)

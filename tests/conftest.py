@@ -9,6 +9,7 @@ import pytest
 from mizuoto.runtime.accel import dispatch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py
 
 # Small-engine tests run with the dispatcher's DEBUG checks: every call that passes a mask_info has it
 # compared with its dense mask.

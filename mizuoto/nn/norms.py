@@ -20,5 +20,7 @@ def normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm without its weight, in upstream's exact order: upcast, mean of squares, rsqrt, back to
     the input dtype (the weight multiply then happens in that dtype)."""
     dtype = x.dtype
-    x = x.to(torch.float32)
-    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+    if dtype != torch.float32:  # (a cast to the same dtype is a no-op, skipped for its launch cost)
+        x = x.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x if dtype == torch.float32 else x.to(dtype)

@@ -102,33 +102,33 @@ class KVCache:
     """
 
     def __init__(self, config: QwenConfig, batch: int, capacity: int, device, dtype):
-        shape = (config.num_layers, batch, config.num_kv_heads, capacity, config.head_dim)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        shape = (batch, config.num_kv_heads, capacity, config.head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_layers)]
+        self.capacity = capacity
         self.length = 0
 
-    @property
-    def capacity(self) -> int:
-        return self.k.shape[3]
-
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        start, end = self.length, self.length + k.shape[2]
-        if end > self.capacity:
-            raise RuntimeError(f"KV cache holds {self.capacity} positions; this step needs {end}")
-        self.k[layer, :, :, start:end] = k
-        self.v[layer, :, :, start:end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        start, n = self.length, k.shape[2]
+        if start + n > self.capacity:
+            raise RuntimeError(f"KV cache holds {self.capacity} positions; this step needs {start + n}")
+        keys, values = self.k[layer], self.v[layer]
+        keys.narrow(2, start, n).copy_(k)
+        values.narrow(2, start, n).copy_(v)
+        return keys.narrow(2, 0, start + n), values.narrow(2, 0, start + n)
 
     def advance(self, n: int) -> None:
         self.length += n
 
 
 @functools.lru_cache(maxsize=None)
-def _fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.dtype, size: int, eps: float) -> bool:
+def _fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.dtype, size: int, eps: float,
+                      weighted: bool = True) -> bool:
     """Whether F.rms_norm gives, bit for bit, the upcast norm on this device and dtype (checked once).
 
     On recent torch with CUDA in bf16/fp16 it does, and replaces eight kernels by one; elsewhere the
-    upcast norm is kept."""
+    upcast norm is kept. `weighted=False` checks the norm without its weight (q and k normalised
+    together, each then scaled by its own weight)."""
     if not hasattr(F, "rms_norm"):
         return False
     device = torch.device(device_type, device_index) if device_index is not None else torch.device(device_type)
@@ -136,6 +136,8 @@ def _fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.d
     x = (torch.randn(3, 5, size, generator=generator) * 3).to(device, dtype)
     norm = RMSNorm(size, eps).to(device, dtype)
     with torch.no_grad():
+        if not weighted:
+            return torch.equal(F.rms_norm(x, (size,), None, eps), normalise(x, eps))
         norm.weight.copy_(torch.randn(size, generator=generator))
         return torch.equal(F.rms_norm(x, (size,), norm.weight, eps), norm(x))
 
@@ -145,6 +147,19 @@ def rms_norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
                                                          x.shape[-1], norm.eps):
         return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
     return norm(x)
+
+
+def _version(t: torch.Tensor) -> int:
+    # In-place updates bump a tensor's version; inference tensors have none (and cannot be updated
+    # outside inference mode, where their address is the whole story).
+    return -1 if t.is_inference() else t._version
+
+
+def rms_normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """The weightless norm, fused where that is proven exact."""
+    if _fused_norm_exact(x.device.type, x.device.index, x.dtype, x.shape[-1], eps, weighted=False):
+        return F.rms_norm(x, (x.shape[-1],), None, eps)
+    return normalise(x, eps)
 
 
 class QwenAttention(nn.Module):
@@ -181,14 +196,22 @@ class QwenAttention(nn.Module):
             # launches. (CUDA picks reductions by tensor size, so there they stay separate.)
             qk = torch.cat((q, k), dim=2)
             if self.qk_norm:
-                normed = normalise(qk, self.q_norm.eps)
-                qk = torch.cat((self.q_norm.weight * normed[:, :, : self.heads],
-                                self.k_norm.weight * normed[:, :, self.heads:]), dim=2)
+                qk = self._qk_weight() * rms_normalise(qk, self.q_norm.eps)
             qk = apply_rotary(qk.transpose(1, 2), cos, sin)
             return qk[:, : self.heads], qk[:, self.heads:], v
         if self.qk_norm:
             q, k = rms_norm(self.q_norm, q), rms_norm(self.k_norm, k)
         return apply_rotary(q.transpose(1, 2), cos, sin), apply_rotary(k.transpose(1, 2), cos, sin), v
+
+    def _qk_weight(self) -> torch.Tensor:
+        """q_norm's weight for each query head and k_norm's for each key head, (H + Hk, D): one multiply
+        scales the jointly normalised q and k, each element by the same weight as two would."""
+        qw, kw = self.q_norm.weight, self.k_norm.weight
+        key = (qw.data_ptr(), _version(qw), kw.data_ptr(), _version(kw))
+        if getattr(self, "_qk_key", None) != key:
+            self._qk = torch.cat((qw.expand(self.heads, -1), kw.expand(self.kv_heads, -1)))
+            self._qk_key = key
+        return self._qk
 
     def attend(self, q, k, v, cache: KVCache, mask: Masked) -> torch.Tensor:
         """Write this step's keys, attend over all of them -> (B, L, H * D) before o_proj."""
@@ -267,6 +290,9 @@ class QwenDecoder(nn.Module):
 
         Keys are written to `cache` at [cache.length, cache.length + L), which then advances by L.
         """
+        if cache.length + x.shape[1] > cache.capacity:  # before the rotary table is read past its end
+            raise RuntimeError(f"KV cache holds {cache.capacity} positions; this step needs "
+                               f"{cache.length + x.shape[1]}")
         rope = self.rope(positions, x.dtype)
         step = AttentionStep(cache, mask)
         for layer in self.layers:
@@ -276,6 +302,7 @@ class QwenDecoder(nn.Module):
 
     def new_cache(self, batch: int, capacity: int, device=None, dtype=None) -> KVCache:
         weight = self.layers[0].input_layernorm.weight
+        self.rotary.reserve(capacity)
         return KVCache(self.config, batch, capacity, device or weight.device, dtype or weight.dtype)
 
     def mask_for(self, keys: torch.Tensor | None, q_len: int, kv_len: int, padded: bool | None = None,

@@ -231,14 +231,11 @@ def test_options_are_read_at_each_load(monkeypatch):
 
 
 def test_one_device_wait_per_decode_step(loaded, monkeypatch):
-    import sys
+    from helpers import HostReads
 
     from mizuoto.runtime import decode
     from mizuoto.runtime.accel import dispatch
     from mizuoto.runtime.context import RequestContext
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "unit"))
-    from test_decode import HostReads
 
     monkeypatch.setattr(dispatch, "DEBUG", False)  # DEBUG's mask check reads tensors on purpose
     seen = {}
@@ -256,3 +253,23 @@ def test_one_device_wait_per_decode_step(loaded, monkeypatch):
     # bool(tensor) dispatches as is_nonzero under inference_mode and as _local_scalar_dense otherwise:
     # either way one read of one value.
     assert seen["steps"] > 5 and len(seen["reads"]) == seen["steps"]
+
+
+@pytest.mark.parametrize("fail", [(), (2,)], ids=["captured", "a capture fails"])
+def test_decoding_through_graphs_gives_the_eager_codes(fail, monkeypatch):
+    """The dummy's decoder step through DecoderSteps with graphs emulated on the CPU (each 'graph'
+    re-runs its segment into its static outputs, as a replay does): the same codes as eager."""
+    from helpers import EmulatedGraphs
+
+    from mizuoto.runtime.context import RequestContext
+
+    loaded = load_model("dummy", device="cpu")
+    (states,) = engine.text_states(loaded.state, [TEXT], RequestContext(0))
+    params = loaded.spec.speak_defaults()
+    eager = engine.decode_codes(loaded.state, states, RequestContext(9), params)
+    emulated = EmulatedGraphs(fail=fail)
+    monkeypatch.setattr(loaded.state.handle, "graphs_for", lambda option: emulated)
+    first = engine.decode_codes(loaded.state, states, RequestContext(9), params)
+    again = engine.decode_codes(loaded.state, states, RequestContext(9), params)  # replays only
+    assert torch.equal(first, eager) and torch.equal(again, eager)
+    assert emulated.captures == (loaded.state.config.decoder_layers + 1 if not fail else 2)

@@ -2,27 +2,12 @@
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from helpers import HostReads
 
 from mizuoto.nn.qwen import QwenConfig
 from mizuoto.nn.qwen_lm import QwenLM
 from mizuoto.runtime import decode, sampling
 from mizuoto.runtime.accel import dispatch
-
-# Ops that copy a value from the device to the host (each one waits for the device).
-HOST_READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.equal.default",
-              "aten.is_nonzero.default", "aten._assert_async.default", "aten._assert_async.msg"}
-
-
-class HostReads(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.reads = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if str(func) in HOST_READS:
-            self.reads.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def lm(seed=0):

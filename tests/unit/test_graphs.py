@@ -6,12 +6,12 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import EmulatedGraphs
 from torch import nn
 
 from mizuoto.runtime import graphs as graphs_mod
@@ -131,50 +131,6 @@ def test_decoder_steps_use_the_decoder_protocol():
 # LayerSteps with graphs emulated on the CPU: a "graph" reruns its function into the tensors the
 # capture returned, reading its inputs from the tensors it was captured with, as a replay does. This
 # checks the static buffers, the wiring between segments, recapture and the fallbacks.
-
-
-class Replayer:
-    def __init__(self, fn, outputs):
-        self.fn, self.outputs, self.replays = fn, outputs, 0
-
-    def replay(self):
-        self.replays += 1
-        graphs_mod._copy(self.outputs, self.fn())
-
-
-class EmulatedGraphs:
-    drawing = Graphs.drawing
-
-    def __init__(self, fail=()):
-        self.device, self.epoch, self.lock = torch.device("cpu"), 0, threading.RLock()
-        self.generator = torch.Generator()
-        self.captures, self.fail = 0, set(fail)  # the numbers of the captures that fail
-
-    def device_context(self):
-        return nullcontext()
-
-    def capture(self, fn, state=(), pool=None):
-        self.captures += 1
-        before, saved = self.generator.get_state(), [t.clone() for t in state]
-
-        def restore():
-            for t, value in zip(state, saved, strict=True):
-                t.copy_(value)
-            self.generator.set_state(before)
-
-        fn()
-        restore()
-        if self.captures in self.fail:
-            self.replace_generator()
-            return None
-        outputs = fn()  # what capture allocates; a real capture runs nothing, so undo what this did
-        restore()
-        return Graph(Replayer(fn, outputs), outputs, self.device, self.epoch)
-
-    def replace_generator(self):
-        fresh = torch.Generator()
-        fresh.set_state(self.generator.get_state())
-        self.generator, self.epoch = fresh, self.epoch + 1
 
 
 def eager_reference(stack, seed, steps, batch=2):

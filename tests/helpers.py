@@ -1,0 +1,70 @@
+"""Test helpers shared by several test files (tests/ is on sys.path through conftest.py)."""
+
+import threading
+from contextlib import nullcontext
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mizuoto.runtime import graphs as graphs_mod
+from mizuoto.runtime.graphs import Graph, Graphs
+
+# Ops that copy a value from the device to the host (each one waits for the device).
+HOST_READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.equal.default",
+              "aten.is_nonzero.default", "aten._assert_async.default", "aten._assert_async.msg"}
+
+
+class HostReads(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in HOST_READS:
+            self.reads.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+
+class Replayer:
+    def __init__(self, fn, outputs):
+        self.fn, self.outputs, self.replays = fn, outputs, 0
+
+    def replay(self):
+        self.replays += 1
+        graphs_mod._copy(self.outputs, self.fn())
+
+
+class EmulatedGraphs:
+    drawing = Graphs.drawing
+
+    def __init__(self, fail=()):
+        self.device, self.epoch, self.lock = torch.device("cpu"), 0, threading.RLock()
+        self.generator = torch.Generator()
+        self.captures, self.fail = 0, set(fail)  # the numbers of the captures that fail
+
+    def device_context(self):
+        return nullcontext()
+
+    def capture(self, fn, state=(), pool=None):
+        self.captures += 1
+        before, saved = self.generator.get_state(), [t.clone() for t in state]
+
+        def restore():
+            for t, value in zip(state, saved, strict=True):
+                t.copy_(value)
+            self.generator.set_state(before)
+
+        fn()
+        restore()
+        if self.captures in self.fail:
+            self.replace_generator()
+            return None
+        outputs = fn()  # what capture allocates; a real capture runs nothing, so undo what this did
+        restore()
+        return Graph(Replayer(fn, outputs), outputs, self.device, self.epoch)
+
+    def replace_generator(self):
+        fresh = torch.Generator()
+        fresh.set_state(self.generator.get_state())
+        self.generator, self.epoch = fresh, self.epoch + 1
