@@ -19,15 +19,19 @@ sys.modules[name] = module
 spec.loader.exec_module(module)
 added = sorted(set(sys.modules) - before)
 real = os.path.realpath(pack_dir)
+def ours(path):
+    # A virtual environment inside the checkout (as CI makes one) holds installed packages, not ours.
+    return path.startswith(real) and "site-packages" not in path
+
+
 def inside(module):
     paths = getattr(module, "__path__", None)
     paths = list(paths) if isinstance(paths, (list, tuple)) or type(paths).__name__ == "_NamespacePath" else []
     file = getattr(module, "__file__", None)
-    return (isinstance(file, str) and file.startswith(real)) or any(os.path.realpath(p).startswith(real)
-                                                                    for p in paths)
-ours = [m for m in added if inside(sys.modules[m])]
+    return (isinstance(file, str) and ours(file)) or any(ours(os.path.realpath(p)) for p in paths)
+ours_added = [m for m in added if inside(sys.modules[m])]
 print(json.dumps({
-    "top_level_added": sorted({m.split(".")[0] for m in ours}),
+    "top_level_added": sorted({m.split(".")[0] for m in ours_added}),
     "nodes_is_host": sys.modules["nodes"] is host_nodes,
     "forbidden": [m for m in added if m.split(".")[0] in ("nodes", "engines", "tests", "utils")],
     "pack_on_sys_path": any(os.path.realpath(p or ".") == real for p in sys.path),
