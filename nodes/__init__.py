@@ -3,11 +3,17 @@
 import os
 
 from mizuoto import engines
+from mizuoto.host import comfy
 
+from .doctor import MizuotoDoctor, register_route
 from .engine_nodes import make_loader, make_speaker
+from .policy import MizuotoAccelPolicy
 
-NODE_CLASS_MAPPINGS = {}
-NODE_DISPLAY_NAME_MAPPINGS = {}
+comfy.register_model_folder()  # models/tts, when ComfyUI is the host
+register_route()
+
+NODE_CLASS_MAPPINGS = {"MizuotoAccelPolicy": MizuotoAccelPolicy, "MizuotoDoctor": MizuotoDoctor}
+NODE_DISPLAY_NAME_MAPPINGS = {"MizuotoAccelPolicy": "Mizuoto Accel Policy", "MizuotoDoctor": "Mizuoto Doctor"}
 
 for _spec in engines.all_engines().values():
     for _cls, _role in ((make_loader(_spec), "Loader"), (make_speaker(_spec), "Speak")):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+from mizuoto.core.errors import InputError
 from mizuoto.engines.spec import EngineSpec
-from mizuoto.host import load_model, speak
+from mizuoto.host import LoadedModel, comfy, load_model, speak
 from mizuoto.host.devices import DEVICES, DTYPES
+from mizuoto.runtime.context import RequestContext
 
 from . import models
 from .types import AUDIO, CATEGORY, MODEL, POLICY, SEED_MAX, comfy_audio
@@ -27,12 +29,22 @@ def make_loader(spec: EngineSpec) -> type:
         }
         for option in spec.load_options:
             required[option.key] = option_widget(option)
+        if spec.license_acceptance:
+            required["accept_license"] = ("BOOLEAN", {
+                "default": False, "tooltip": f"the weights are licensed under {spec.weights_license}; "
+                                             f"turn on to accept that licence and load them"})
         return {"required": required,
                 "optional": {"policy": (POLICY, {"tooltip": "from an Accel Policy node; default auto"})}}
 
-    def load(self, model, device, dtype, policy=None, **load_options):
+    def load(self, model, device, dtype, policy=None, accept_license=False, **load_options):
+        if spec.license_acceptance and not accept_license:
+            raise InputError(f"{spec.display_name} weights are licensed under {spec.weights_license}; "
+                             f"turn on accept_license in the loader to accept it")
         overrides = {f"engines.{spec.id}.load_options.{k}": v for k, v in load_options.items()}
-        name, strict = (policy.name, policy.strict) if policy is not None else (None, False)
+        name, strict = None, False
+        if policy is not None:
+            name, strict = policy.name, policy.strict
+            overrides.update(policy.overrides())
         return (load_model(spec.id, models.resolve(spec, model), device=device, dtype=dtype,
                            policy=name, strict=strict, overrides=overrides),)
 
@@ -56,10 +68,16 @@ def make_speaker(spec: EngineSpec) -> type:
         }
         for param in spec.speak_params:
             required[param.name] = param_widget(param)
-        return {"required": required}
+        return {"required": required, "hidden": {"unique_id": "UNIQUE_ID"}}
 
-    def generate(self, model, text, seed, **params):
-        speech = speak(model, text, seed=seed, params=params)
+    def generate(self, model, text, seed, unique_id=None, **params):
+        if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
+            got = model.spec.display_name if isinstance(model, LoadedModel) else type(model).__name__
+            raise InputError(f"this {spec.display_name} Speak node got a {got} model; connect a "
+                             f"{spec.display_name} Loader")
+        ctx = RequestContext(seed, accel=model.policy.start(), progress=comfy.progress(unique_id),
+                             interrupted=comfy.interrupted())
+        speech = speak(model, text, params=params, ctx=ctx)
         report = json.dumps(speech.report, indent=2)
         # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
         return {"ui": {"report": [report]},

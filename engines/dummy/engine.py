@@ -147,7 +147,8 @@ def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext,
             logits = model.code_head(hidden[:, -1]).float()
         tokens, n = decode.generate_tokens(step, logits, sampler, ctx.generator_for(device), max_codes,
                                            (config.eos_code,), None, seen,
-                                           before_step=lambda _: ctx.raise_if_cancelled())
+                                           before_step=lambda done: ctx.progress(done, max_codes))
+        ctx.progress(max_codes, max_codes)
     codes = tokens[0, :n]
     return codes[:-1] if n and int(codes[-1]) == config.eos_code else codes
 

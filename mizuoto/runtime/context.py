@@ -15,7 +15,7 @@ import secrets
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from mizuoto.core.errors import Cancelled, InputError
 
@@ -32,7 +32,8 @@ def current_accel() -> Any:
 class RequestContext:
     """One request: its seed, its generators, its attention binding and its cancel flag."""
 
-    def __init__(self, seed: int | None = None, accel: Any = None):
+    def __init__(self, seed: int | None = None, accel: Any = None,
+                 progress: Callable[[int, int], None] | None = None, interrupted: Callable[[], None] | None = None):
         if seed is None:
             seed = secrets.randbelow(2**63)
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
@@ -41,6 +42,8 @@ class RequestContext:
         self.accel = accel
         self._generators: dict[Any, Any] = {}
         self._cancel = threading.Event()
+        self._progress = progress  # (done, total): the host's progress bar
+        self._interrupted = interrupted  # raises the host's own exception when the user cancelled
 
     def generator_for(self, device: Any):
         """The request's generator on `device`, seeded with the request's seed on first use.
@@ -80,3 +83,11 @@ class RequestContext:
     def raise_if_cancelled(self) -> None:
         if self._cancel.is_set():
             raise Cancelled("generation was cancelled")
+        if self._interrupted is not None:
+            self._interrupted()
+
+    def progress(self, done: int, total: int) -> None:
+        """Report progress between two steps (also an interruption point in ComfyUI)."""
+        self.raise_if_cancelled()
+        if self._progress is not None:
+            self._progress(done, total)

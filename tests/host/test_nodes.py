@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from mizuoto.core.errors import CheckpointError, InputError
-from mizuoto.runtime.accel import policy_for
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +38,16 @@ def widgets(cls):
     return {**types.get("required", {}), **types.get("optional", {})}
 
 
+NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor"}
+
+
 def test_mappings_and_display_names(pack):
-    assert set(pack.NODE_CLASS_MAPPINGS) == {"MizuotoDummyLoader", "MizuotoDummySpeak"}
+    assert set(pack.NODE_CLASS_MAPPINGS) == NODES
     assert pack.NODE_DISPLAY_NAME_MAPPINGS["MizuotoDummySpeak"] == "Mizuoto Dummy Speak"
+    assert pack.NODE_DISPLAY_NAME_MAPPINGS["MizuotoAccelPolicy"] == "Mizuoto Accel Policy"
     assert pack.WEB_DIRECTORY == "./web"
     for cls in pack.NODE_CLASS_MAPPINGS.values():
-        assert cls.CATEGORY == "Mizuoto/Dummy" and callable(getattr(cls, cls.FUNCTION))
+        assert cls.CATEGORY.startswith("Mizuoto") and callable(getattr(cls, cls.FUNCTION))
         assert len(cls.RETURN_TYPES) == len(cls.RETURN_NAMES)
 
 
@@ -92,12 +95,13 @@ def test_node_and_cli_give_the_same_samples(loader, speaker):
     assert torch.equal(node, lib)
 
 
-def test_loader_with_policy_object_and_checkpoint_path(loader, tmp_path):
+def test_loader_with_policy_object_and_checkpoint_path(pack, loader, tmp_path):
     from mizuoto.engines.dummy import engine
 
     path = engine.save(engine.build(weights_seed=3), tmp_path / "d.safetensors")
-    (model,) = loader.load(str(path), "cpu", "float32", policy=policy_for("auto"), sample_rate="24000")
-    assert model.info.source == str(path) and model.info.attention == "auto"
+    (policy,) = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]().choose("math", False, False, False)
+    (model,) = loader.load(str(path), "cpu", "float32", policy=policy, sample_rate="24000")
+    assert model.info.source == str(path) and model.info.attention == "math" and not model.info.cuda_graphs
 
 
 def test_node_errors(loader, speaker, tmp_path):
@@ -106,7 +110,92 @@ def test_node_errors(loader, speaker, tmp_path):
         speaker.generate(model, "", 0, speed=1.0)
     with pytest.raises(CheckpointError, match="does not exist"):
         loader.load(str(tmp_path / "gone.safetensors"), "cpu", "float32", sample_rate="24000")
-    with pytest.raises(InputError, match="not found in models/tts/dummy/"):
+    with pytest.raises(InputError, match="not found in models/tts/dummy"):
         loader.load("dummy/relative.safetensors", "cpu", "float32", sample_rate="24000")
     with pytest.raises(InputError, match="unknown dtype"):
         loader.load("(built-in weights)", "cpu", "int4", sample_rate="24000")
+
+
+def test_accel_policy_node(pack):
+    node = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]
+    widgets = node.INPUT_TYPES()["required"]
+    assert widgets["policy"][0][:3] == ["auto", "host", "fast"] and "flash" in widgets["policy"][0]
+    (choice,) = node().choose("fast", True, True, False)
+    assert (choice.name, choice.strict, choice.overrides()) == ("fast", True, {"compute.compile": True,
+                                                                               "compute.cuda_graphs": False})
+    with pytest.raises(InputError, match="unknown attention policy 'turbo'"):
+        node().choose("turbo", False, False, True)
+
+
+def test_strict_policy_that_cannot_run_refuses_the_load(pack, loader):
+    (choice,) = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]().choose("sdpa_flash", True, False, True)
+    with pytest.raises(InputError, match="attention policy 'sdpa_flash' cannot run on cpu"):
+        loader.load("(built-in weights)", "cpu", "float32", policy=choice, sample_rate="24000")
+
+
+def test_policy_report_reaches_the_node_output(pack, loader, speaker):
+    (choice,) = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]().choose("math", False, False, True)
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", policy=choice, sample_rate="24000")
+    report = json.loads(speaker.generate(model, "policy", 1, speed=1.0)["result"][1])
+    assert report["attention"]["policy"] == "math" and set(report["attention"]["used"]) == {"math"}
+
+
+def test_doctor_node(pack):
+    out = pack.NODE_CLASS_MAPPINGS["MizuotoDoctor"]().examine()
+    report = json.loads(out["result"][0])
+    assert out["ui"]["text"] == [out["result"][0]] and "acceleration" in report and report["engines"]["dummy"]
+
+
+def test_speak_node_rejects_another_engines_model(speaker):
+    with pytest.raises(InputError, match="connect a Dummy Loader"):
+        speaker.generate(object(), "hello", 0, speed=1.0)
+
+
+def test_license_acceptance(monkeypatch):
+    import dataclasses
+
+    from mizuoto import engines
+    from mizuoto.engines.spec import EngineSpec
+
+    real = engines.get("dummy")
+    fake = dataclasses.replace(real, license_acceptance=True, weights_license="CC-BY-NC-4.0")
+    from importlib import import_module
+
+    pack_nodes = import_module("mizuoto_pack_under_test.nodes.engine_nodes")
+    loader = pack_nodes.make_loader(fake)()
+    assert "accept_license" in loader.INPUT_TYPES()["required"]
+    assert "CC-BY-NC-4.0" in loader.INPUT_TYPES()["required"]["accept_license"][1]["tooltip"]
+    with pytest.raises(InputError, match="licensed under CC-BY-NC-4.0; turn on accept_license"):
+        loader.load("(built-in weights)", "cpu", "float32", sample_rate="24000")
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", accept_license=True, sample_rate="24000")
+    assert isinstance(fake, EngineSpec) and model.info.engine == "dummy"
+
+
+def test_progress_and_cancel_then_the_same_audio(pack, loader, speaker, monkeypatch):
+    """Cancel stops within one step and leaks nothing: the next run with the same seed gives the
+    same audio as an uninterrupted one."""
+    from mizuoto.host import comfy
+
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="24000")
+    updates = []
+    monkeypatch.setattr(comfy, "progress", lambda node_id: lambda done, total: updates.append((done, total)))
+    uninterrupted = speaker.generate(model, "cancel me", 4, speed=1.0)["result"][0]["waveform"]
+    assert updates[0][0] == 0 and updates[-1][0] == updates[-1][1] and len(updates) > 5
+
+    class Interrupt(Exception):
+        pass
+
+    calls = []
+
+    def interrupted():
+        calls.append(1)
+        if len(calls) == 4:
+            raise Interrupt("cancelled from the page")
+
+    monkeypatch.setattr(comfy, "interrupted", lambda: interrupted)
+    with pytest.raises(Interrupt):
+        speaker.generate(model, "cancel me", 4, speed=1.0)
+    assert len(calls) == 4
+    monkeypatch.setattr(comfy, "interrupted", lambda: (lambda: None))
+    again = speaker.generate(model, "cancel me", 4, speed=1.0)["result"][0]["waveform"]
+    assert torch.equal(again, uninterrupted)

@@ -1,0 +1,99 @@
+"""mizuoto.host.comfy against a stand-in of ComfyUI's small surface (folder_paths, comfy.utils,
+comfy.model_management), and its standalone behaviour without them."""
+
+import sys
+import types
+
+import pytest
+
+from mizuoto.host import comfy
+
+
+@pytest.fixture
+def host(monkeypatch, tmp_path):
+    fp = types.ModuleType("folder_paths")
+    fp.models_dir = str(tmp_path / "models")
+    fp.supported_pt_extensions = {".safetensors", ".pt"}
+    fp.folder_names_and_paths = {}
+    fp.get_folder_paths = lambda name: fp.folder_names_and_paths[name][0]
+
+    def get_full_path(name, relative):
+        for base in fp.folder_names_and_paths.get(name, ([],))[0]:
+            path = tmp_path / "models" / name / relative if base.endswith(name) else None
+            if path is not None and path.exists():
+                return str(path)
+        return None
+
+    fp.get_full_path = get_full_path
+    bars = []
+
+    class ProgressBar:
+        def __init__(self, total, node_id=None):
+            self.total, self.node_id, self.values = total, node_id, []
+            bars.append(self)
+
+        def update_absolute(self, value, total=None, preview=None):
+            self.values.append(value)
+
+    utils = types.ModuleType("comfy.utils")
+    utils.ProgressBar = ProgressBar
+    management = types.ModuleType("comfy.model_management")
+
+    class InterruptProcessingException(Exception):
+        pass
+
+    management.flag = False
+
+    def throw():
+        if management.flag:
+            management.flag = False
+            raise InterruptProcessingException()
+
+    management.throw_exception_if_processing_interrupted = throw
+    management.InterruptProcessingException = InterruptProcessingException
+    management.emptied = []
+    management.soft_empty_cache = lambda: management.emptied.append(1)
+    for name, module in (("folder_paths", fp), ("comfy.utils", utils), ("comfy.model_management", management)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return types.SimpleNamespace(fp=fp, bars=bars, management=management, root=tmp_path)
+
+
+def test_standalone_without_comfyui():
+    assert not comfy.present()
+    comfy.progress("7")(1, 10)  # nothing to update, nothing raised
+    comfy.interrupted()()
+    assert comfy.register_model_folder() is None and comfy.model_folders() == []
+    assert comfy.default_model_folder("dummy").endswith("models/tts/dummy")
+
+
+def test_model_folder_registration(host):
+    default = comfy.register_model_folder()
+    assert default == str(host.root / "models" / "tts")
+    assert comfy.model_folders() == [default]
+    comfy.register_model_folder()  # idempotent
+    assert comfy.model_folders() == [default]
+    (host.root / "models" / "tts" / "dummy").mkdir(parents=True)
+    (host.root / "models" / "tts" / "dummy" / "a.safetensors").write_bytes(b"x")
+    assert comfy.full_path("dummy/a.safetensors").endswith("a.safetensors")
+    assert comfy.default_model_folder("dummy") == str(host.root / "models" / "tts" / "dummy")
+
+
+def test_progress_bar_per_node(host):
+    update = comfy.progress("12")
+    for done in range(4):
+        update(done, 3)
+    (bar,) = host.bars
+    assert (bar.total, bar.node_id, bar.values) == (3, "12", [0, 1, 2, 3])
+
+
+def test_interruption_raises_the_hosts_exception(host):
+    check = comfy.interrupted()
+    check()
+    host.management.flag = True
+    with pytest.raises(host.management.InterruptProcessingException):
+        check()
+
+
+def test_soft_empty_cache_uses_the_host(host):
+    comfy.soft_empty_cache()
+    assert host.management.emptied == [1]
