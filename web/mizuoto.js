@@ -1,41 +1,88 @@
-// Mizuoto front end: after a speak node runs, show a one-line summary of its run report on the node.
+// Mizuoto front end.
+// - Speak nodes: after a run, a summary of the run report drawn under the node (policy, backends with
+//   counts, fallbacks as a warning, real-time factor, seconds of audio).
+// - Doctor: a "Mizuoto → Doctor" menu command (and a button in the legacy menu) that shows
+//   GET /mizuoto/doctor; the Doctor node shows its report on the node too.
 import { app } from "../../scripts/app.js";
+import { api } from "../../scripts/api.js";
 
 function summary(report) {
   const attention = report.attention || {};
-  const used = attention.used ? Object.entries(attention.used).map(([k, n]) => `${k} ${n}`).join(", ") : "reference";
-  const parts = [
-    `${report.engine} · ${report.device} · ${report.dtype}`,
-    `${report.audio_seconds}s audio in ${report.wall_seconds}s (RTF ${report.real_time_factor})`,
+  const used = attention.used
+    ? Object.entries(attention.used).map(([k, n]) => `${k} ×${n}`).join(", ")
+    : "each site's exact reference";
+  const lines = [
+    `${report.engine} · ${report.device} · ${report.dtype} · seed ${report.seed}`,
+    `${report.audio_seconds}s of audio in ${report.wall_seconds}s (RTF ${report.real_time_factor})`,
     `attention ${attention.policy}: ${used}`,
   ];
-  if (attention.fallbacks) parts.push(`⚠ fallbacks: ${JSON.stringify(attention.fallbacks)}`);
-  return parts.join("\n");
+  for (const [pair, reasons] of Object.entries(attention.fallbacks || {})) {
+    lines.push(`⚠ fell back ${pair}: ${Object.entries(reasons).map(([r, n]) => `${r} ×${n}`).join(", ")}`);
+  }
+  return lines;
+}
+
+function drawLines(node, ctx, lines) {
+  if (!lines || node.flags?.collapsed) return;
+  ctx.save();
+  ctx.font = "11px sans-serif";
+  lines.forEach((line, i) => {
+    ctx.fillStyle = line.startsWith("⚠") ? "#e9a23b" : "#9ab";
+    ctx.fillText(line, 8, node.size[1] + 14 + 13 * i);
+  });
+  ctx.restore();
+}
+
+async function showDoctor() {
+  const response = await api.fetchApi("/mizuoto/doctor");
+  const text = response.ok ? JSON.stringify(await response.json(), null, 2) : `doctor failed: ${response.status}`;
+  const dialog = document.createElement("dialog");
+  dialog.style.cssText = "max-width:80vw;max-height:80vh;overflow:auto;white-space:pre;font:12px monospace";
+  dialog.textContent = text;
+  dialog.addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => dialog.remove());
+  document.body.appendChild(dialog);
+  dialog.showModal();
 }
 
 app.registerExtension({
-  name: "mizuoto.report",
+  name: "mizuoto",
+  commands: [{ id: "mizuoto.doctor", label: "Mizuoto Doctor", function: showDoctor }],
+  menuCommands: [{ path: ["Mizuoto"], commands: ["mizuoto.doctor"] }],
+  async setup() {
+    // The legacy menu has no command API: add a plain button there.
+    const legacy = app.ui?.menuContainer;
+    if (legacy && !app.extensionManager) {
+      const button = document.createElement("button");
+      button.textContent = "Mizuoto Doctor";
+      button.onclick = showDoctor;
+      legacy.appendChild(button);
+    }
+  },
   async beforeRegisterNodeDef(nodeType, nodeData) {
-    if (!nodeData.name.startsWith("Mizuoto") || !nodeData.name.endsWith("Speak")) return;
+    const isSpeak = nodeData.name.startsWith("Mizuoto") && nodeData.name.endsWith("Speak");
+    const isDoctor = nodeData.name === "MizuotoDoctor";
+    if (!isSpeak && !isDoctor) return;
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
-      const text = message?.report?.[0];
+      const text = (isSpeak ? message?.report : message?.text)?.[0];
       if (!text) return;
-      let report;
-      try { report = JSON.parse(text); } catch { return; }
-      this.mizuotoSummary = summary(report);
+      try {
+        const report = JSON.parse(text);
+        this.mizuotoLines = isSpeak
+          ? summary(report)
+          : [`torch ${report.torch}`, `CUDA: ${(report.cuda?.devices || []).join(", ") || "none"}`,
+             `engines: ${Object.keys(report.engines || {}).join(", ")}`];
+      } catch {
+        return;
+      }
       this.setDirtyCanvas(true, true);
     };
     const onDrawForeground = nodeType.prototype.onDrawForeground;
     nodeType.prototype.onDrawForeground = function (ctx) {
       onDrawForeground?.apply(this, arguments);
-      if (!this.mizuotoSummary || this.flags?.collapsed) return;
-      ctx.save();
-      ctx.font = "11px sans-serif";
-      ctx.fillStyle = "#9ab";
-      this.mizuotoSummary.split("\n").forEach((line, i) => ctx.fillText(line, 8, this.size[1] + 14 + 13 * i));
-      ctx.restore();
+      drawLines(this, ctx, this.mizuotoLines);
     };
   },
 });

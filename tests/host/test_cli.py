@@ -125,3 +125,19 @@ def test_module_entry_point_help_and_exit_codes(tmp_path):
     bad = python_m("say", "", "--engine", "dummy", "-o", "bad.wav")
     assert bad.returncode == 2 and bad.stderr.strip() == "mizuoto: error: text is empty; give some words to speak"
     assert not (tmp_path / "bad.wav").exists()
+
+
+def test_cli_options_are_the_speak_nodes_inputs():
+    """One declaration, two faces: every engine parameter is a speak-node input and a `say` option of
+    the same name, with the same default."""
+    from mizuoto import engines
+
+    parser = cli.build_parser()
+    say = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" say"))
+    options = {a.dest.removeprefix("param_"): a for a in say._actions if a.dest.startswith("param_")}
+    for spec in engines.all_engines().values():
+        names = {p.name for p in spec.speak_params}
+        assert names <= set(options)
+        for param in spec.speak_params:
+            assert options[param.name].option_strings == [param.cli_flag]
+            assert options[param.name].type is param.kind
