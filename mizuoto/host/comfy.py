@@ -102,3 +102,29 @@ def soft_empty_cache() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def managed(module, device):
+    """Hand a loaded model to ComfyUI's model management (a ModelPatcher), so that ComfyUI can move it
+    off the GPU to make room for other models and `POST /free` unloads it. None when there is no host
+    or the model runs on the CPU (nothing to manage)."""
+    import torch
+
+    patcher_module = sys.modules.get("comfy.model_patcher") if present() else None
+    management = _module("comfy.model_management")
+    if patcher_module is None or management is None or torch.device(device).type == "cpu":
+        return None
+    size = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+    return patcher_module.ModelPatcher(module, load_device=torch.device(device),
+                                       offload_device=management.unet_offload_device(), size=size)
+
+
+def ensure_loaded(patcher) -> None:
+    """Before a request: have ComfyUI put the whole model back on its device (evicting others if it
+    must). A model ComfyUI moved away comes back at new addresses, so its CUDA graphs are recaptured
+    (ModelHandle compares weight signatures)."""
+    if patcher is None:
+        return
+    management = _module("comfy.model_management")
+    if management is not None:
+        management.load_models_gpu([patcher], force_full_load=True)

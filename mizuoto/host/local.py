@@ -15,6 +15,7 @@ from mizuoto.runtime import graphs
 from mizuoto.runtime.accel import AccelPolicy, features, policy_for
 from mizuoto.runtime.context import RequestContext
 
+from . import comfy
 from . import settings as host_settings
 from .devices import resolve_device, resolve_dtype
 from .info import LoadedModelInfo
@@ -27,6 +28,7 @@ class LoadedModel:
     state: Any  # the engine's own loaded object
     info: LoadedModelInfo
     policy: AccelPolicy
+    patcher: Any = None  # ComfyUI's ModelPatcher when the host manages the model's memory
 
 
 @dataclass(frozen=True)
@@ -80,13 +82,16 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
         fast=features.applied(),
         load_options=dict(options.load_options),
     )
-    return LoadedModel(spec, state, info, accel_policy)
+    handle = getattr(state, "handle", None)
+    patcher = comfy.managed(handle.modules, torch_device) if handle is not None else None
+    return LoadedModel(spec, state, info, accel_policy, patcher)
 
 
 def speak(loaded: LoadedModel, text: str, seed: int | None = None,
           params: dict[str, Any] | None = None, ctx: RequestContext | None = None) -> Speech:
     """Generate speech for `text`; `seed` fixes every random draw of the request."""
     values = loaded.spec.check_speak_params(params)
+    comfy.ensure_loaded(loaded.patcher)
     ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
     run = Run(ctx.seed, loaded.policy.name, ctx.accel)
     waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values)

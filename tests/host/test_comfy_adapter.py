@@ -97,3 +97,35 @@ def test_interruption_raises_the_hosts_exception(host):
 def test_soft_empty_cache_uses_the_host(host):
     comfy.soft_empty_cache()
     assert host.management.emptied == [1]
+
+
+def test_models_on_a_gpu_are_handed_to_model_management(host, monkeypatch):
+    """With ComfyUI present, a CUDA model gets a ModelPatcher and is loaded through load_models_gpu
+    before every request; CPU models are left alone. (Faked: no GPU here.)"""
+    import torch
+
+    from mizuoto.host import load_model, local, speak
+
+    created, loads = [], []
+
+    class ModelPatcher:
+        def __init__(self, model, load_device, offload_device, size):
+            created.append((model, load_device, offload_device, size))
+
+    patcher_module = types.ModuleType("comfy.model_patcher")
+    patcher_module.ModelPatcher = ModelPatcher
+    monkeypatch.setitem(sys.modules, "comfy.model_patcher", patcher_module)
+    host.management.unet_offload_device = lambda: torch.device("cpu")
+    host.management.load_models_gpu = lambda patchers, force_full_load=False: loads.append((patchers, force_full_load))
+
+    cpu_model = load_model("dummy", device="cpu")
+    assert cpu_model.patcher is None
+    module = cpu_model.state.handle.modules
+    patcher = comfy.managed(module, "cuda:0")
+    ((model, load_device, offload_device, size),) = created
+    assert model is module and load_device == torch.device("cuda:0") and offload_device == torch.device("cpu")
+    assert size == sum(p.numel() * p.element_size() for p in (*module.parameters(), *module.buffers()))
+    cpu_model.patcher = patcher
+    speak(cpu_model, "managed", seed=1)
+    assert loads == [([patcher], True)]
+    assert local.comfy is comfy
