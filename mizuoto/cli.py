@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -57,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "~/.config/mizuoto/settings.toml)")
     say.add_argument("--format", default="pcm16", choices=("pcm16", "float32"),
                      help="WAV sample format (default: pcm16)")
+    say.add_argument("--ref-audio", metavar="FILE.wav", help="reference voice recording (engines that take one)")
+    say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
     say.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
     group = say.add_argument_group("engine parameters")
     for name, (param, owners) in _engine_params().items():
@@ -85,11 +88,14 @@ def cmd_say(args) -> int:
     if not args.text.strip():
         raise InputError("text is empty; give some words to speak")
     output = wav.check_writable(args.output)  # before any work, so a bad path costs nothing
+    if args.ref_audio and not os.path.isfile(args.ref_audio):
+        raise InputError(f"reference audio {args.ref_audio} does not exist")
     startup.start(args.settings)
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
-    speech = speak(loaded, args.text, seed=args.seed, params=params)
+    reference = wav.read(args.ref_audio) if args.ref_audio else None
+    speech = speak(loaded, args.text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text)
     wav.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0

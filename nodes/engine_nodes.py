@@ -68,16 +68,27 @@ def make_speaker(spec: EngineSpec) -> type:
         }
         for param in spec.speak_params:
             required[param.name] = param_widget(param)
-        return {"required": required, "hidden": {"unique_id": "UNIQUE_ID"}}
+        optional = {}
+        if spec.reference is not None:
+            optional["reference_audio"] = (AUDIO, {"tooltip": f"{spec.reference.help} "
+                                                              f"({spec.reference.min_seconds:g}-"
+                                                              f"{spec.reference.max_seconds:g} s)"})
+            if spec.reference.transcript:
+                optional["reference_text"] = ("STRING", {"multiline": True, "default": "",
+                                                         "tooltip": "what the reference audio says"})
+        return {"required": required, "optional": optional, "hidden": {"unique_id": "UNIQUE_ID"}}
 
-    def generate(self, model, text, seed, unique_id=None, **params):
+    def generate(self, model, text, seed, unique_id=None, reference_audio=None, reference_text=None, **params):
         if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
             got = model.spec.display_name if isinstance(model, LoadedModel) else type(model).__name__
             raise InputError(f"this {spec.display_name} Speak node got a {got} model; connect a "
                              f"{spec.display_name} Loader")
         ctx = RequestContext(seed, accel=model.policy.start(), progress=comfy.progress(unique_id),
                              interrupted=comfy.interrupted())
-        speech = speak(model, text, params=params, ctx=ctx)
+        reference = None
+        if reference_audio is not None:
+            reference = (reference_audio["waveform"], int(reference_audio["sample_rate"]))
+        speech = speak(model, text, params=params, ctx=ctx, reference=reference, reference_text=reference_text)
         report = json.dumps(speech.report, indent=2)
         # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
         return {"ui": {"report": [report]},

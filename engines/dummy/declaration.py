@@ -1,7 +1,7 @@
 """The dummy engine's declaration (no torch import)."""
 
 from mizuoto.core.settings import Option
-from mizuoto.engines.spec import EngineSpec, Param
+from mizuoto.engines.spec import EngineSpec, Param, Reference
 
 SAMPLE_RATES = (16000, 22050, 24000, 44100, 48000)
 
@@ -15,6 +15,8 @@ ENGINE = EngineSpec(
     load_options=(
         Option("sample_rate", int, 24000, SAMPLE_RATES, "output sample rate of the synthesiser"),
     ),
+    # The dummy takes its pitch from a reference recording when one is given.
+    reference=Reference(0.5, 30.0, transcript=False, help="a recording whose pitch the dummy hums at"),
     speak_params=(
         Param("speed", float, 1.0, "speaking rate: 2.0 is twice as fast", min=0.25, max=4.0, step=0.05),
         Param("temperature", float, 0.9, "sampling temperature of the code decoder", min=0.05, max=2.0, step=0.05),

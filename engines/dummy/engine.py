@@ -153,8 +153,17 @@ def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext,
     return codes[:-1] if n and int(codes[-1]) == config.eos_code else codes
 
 
-def speak(loaded: DummyLoaded, text: str, ctx: RequestContext, params: dict) -> tuple[torch.Tensor, int]:
-    """Text -> (waveform (channels, samples) float32 on the CPU, sample rate)."""
+def reference_pitch(mono: torch.Tensor, sample_rate: int) -> float:
+    """A rough pitch of a recording from its zero-crossing rate (a hum has two crossings a period)."""
+    centred = mono - mono.mean()
+    crossings = int(((centred[:-1] < 0) != (centred[1:] < 0)).sum())
+    return min(400.0, max(60.0, crossings / 2 / (mono.shape[-1] / sample_rate)))
+
+
+def speak(loaded: DummyLoaded, text: str, ctx: RequestContext, params: dict,
+          reference: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, int]:
+    """Text -> (waveform (channels, samples) float32 on the CPU, sample rate). With a reference
+    recording, the dummy hums around the recording's pitch."""
     (states,) = text_states(loaded, [text], ctx)
     codes = decode_codes(loaded, states, ctx, params)
     model = loaded.model
@@ -162,5 +171,9 @@ def speak(loaded: DummyLoaded, text: str, ctx: RequestContext, params: dict) -> 
         raw = model.code_params(codes.clamp(max=loaded.config.codes - 1))
         # A lead-in and a lead-out frame around the codes: the synthesiser silences the first and last.
         raw = torch.cat([raw[:1], raw, raw[-1:]]) if raw.shape[0] else model.code_params.weight[:2]
-        wave = synthesise(raw, loaded.config, params["speed"], ctx.generator_for(loaded.device))
+        config = loaded.config
+        if reference is not None:
+            scale = reference_pitch(*reference) / ((config.f0_low + config.f0_high) / 2)
+            config = replace(config, f0_low=config.f0_low * scale, f0_high=config.f0_high * scale)
+        wave = synthesise(raw, config, params["speed"], ctx.generator_for(loaded.device))
     return wave.cpu(), loaded.config.sample_rate

@@ -56,29 +56,43 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
 
 
 def read(path: str | os.PathLike):
-    """Read a WAV file written by `write` -> (waveform (channels, samples) float32, sample rate)."""
+    """Read a WAV file -> (waveform (channels, samples) float32 in [-1, 1], sample rate).
+
+    PCM of 8, 16, 24 or 32 bits and IEEE float of 32 or 64 bits, plain or WAVE_FORMAT_EXTENSIBLE.
+    """
     import numpy
     import torch
 
     raw = Path(path).read_bytes()
     if raw[:4] != b"RIFF" or raw[8:12] != b"WAVE":
-        raise InputError(f"{path} is not a WAV file")
+        raise InputError(f"{path} is not a WAV file; convert it to WAV first")
     pos, fmt, data = 12, None, None
     while pos + 8 <= len(raw):
         cid, size = raw[pos:pos + 4], struct.unpack("<I", raw[pos + 4:pos + 8])[0]
         body = raw[pos + 8:pos + 8 + size]
         if cid == b"fmt ":
             fmt = struct.unpack("<HHIIHH", body[:16])
+            if fmt[0] == 0xFFFE and len(body) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the real tag leads the GUID
+                fmt = (struct.unpack("<H", body[24:26])[0],) + fmt[1:]
         elif cid == b"data":
             data = body
         pos += 8 + size + (size & 1)
     if fmt is None or data is None:
-        raise InputError(f"{path} has no fmt or data chunk")
+        raise InputError(f"{path} has no fmt or data chunk; it is not a complete WAV file")
     tag, channels, rate, _, _, bits = fmt
-    if (tag, bits) == (1, 16):
-        samples = torch.from_numpy(numpy.frombuffer(data, dtype="<i2").astype("float32")) / 32767.0
-    elif (tag, bits) == (3, 32):
-        samples = torch.from_numpy(numpy.frombuffer(data, dtype="<f4").astype("float32"))
+    if tag == 1 and bits == 8:
+        samples = (numpy.frombuffer(data, dtype="u1").astype("float32") - 128.0) / 127.0
+    elif tag == 1 and bits == 16:
+        samples = numpy.frombuffer(data, dtype="<i2").astype("float32") / 32767.0
+    elif tag == 1 and bits == 24:
+        triples = numpy.frombuffer(data[: len(data) // 3 * 3], dtype="u1").reshape(-1, 3).astype("int32")
+        values = triples[:, 0] | (triples[:, 1] << 8) | (triples[:, 2] << 16)
+        samples = (numpy.where(values >= 1 << 23, values - (1 << 24), values) / 8388607.0).astype("float32")
+    elif tag == 1 and bits == 32:
+        samples = (numpy.frombuffer(data, dtype="<i4") / 2147483647.0).astype("float32")
+    elif tag == 3 and bits in (32, 64):
+        samples = numpy.frombuffer(data, dtype="<f4" if bits == 32 else "<f8").astype("float32")
     else:
-        raise InputError(f"{path}: only 16-bit PCM and 32-bit float WAV files are supported")
-    return samples.view(-1, channels).T.contiguous(), rate
+        raise InputError(f"{path}: {bits}-bit WAV format {tag} is not supported; convert it to 16-bit PCM")
+    frames = len(samples) // channels
+    return torch.from_numpy(samples[: frames * channels].copy()).view(frames, channels).T.contiguous(), rate

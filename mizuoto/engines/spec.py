@@ -47,6 +47,37 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """An engine's optional reference voice: audio between min and max seconds, and its transcript."""
+
+    min_seconds: float
+    max_seconds: float
+    transcript: bool = False  # whether the engine reads the reference's transcript
+    help: str = "a recording of the voice to speak with"
+
+    def check(self, waveform, sample_rate: int):
+        """(channels, samples) or (samples,) audio -> mono float32 (samples,); one-line errors."""
+        import torch
+
+        if waveform.dim() == 3:
+            if waveform.shape[0] != 1:
+                raise InputError(f"reference audio holds {waveform.shape[0]} clips; give exactly one")
+            waveform = waveform[0]
+        if waveform.dim() == 1:
+            waveform = waveform[None]
+        if waveform.dim() != 2 or waveform.shape[-1] == 0 or sample_rate <= 0:
+            raise InputError("reference audio is empty; give a recording of the voice")
+        seconds = waveform.shape[-1] / sample_rate
+        if not self.min_seconds <= seconds <= self.max_seconds:
+            raise InputError(f"reference audio is {seconds:.2f} s long; give one between {self.min_seconds:g} "
+                             f"and {self.max_seconds:g} seconds")
+        mono = waveform.to(torch.float32).mean(dim=0)
+        if not bool(torch.isfinite(mono).all()):
+            raise InputError("reference audio contains NaN or infinite samples")
+        return mono
+
+
+@dataclass(frozen=True)
 class EngineSpec:
     id: str
     display_name: str
@@ -58,6 +89,7 @@ class EngineSpec:
     builtin_weights: bool = False  # can build weights itself (tests, the dummy engine)
     load_options: tuple[Option, ...] = ()
     speak_params: tuple[Param, ...] = field(default_factory=tuple)
+    reference: Reference | None = None  # an optional reference voice the speak node accepts
 
     def settings(self) -> EngineSettings:
         return EngineSettings(self.id, self.load_options)

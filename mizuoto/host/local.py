@@ -88,13 +88,24 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
 
 
 def speak(loaded: LoadedModel, text: str, seed: int | None = None,
-          params: dict[str, Any] | None = None, ctx: RequestContext | None = None) -> Speech:
-    """Generate speech for `text`; `seed` fixes every random draw of the request."""
+          params: dict[str, Any] | None = None, ctx: RequestContext | None = None,
+          reference: tuple[Any, int] | None = None, reference_text: str | None = None) -> Speech:
+    """Generate speech for `text`; `seed` fixes every random draw of the request.
+
+    `reference` is (waveform, sample rate) of a voice recording, for engines that take one.
+    """
     values = loaded.spec.check_speak_params(params)
+    extra = {}
+    if reference is not None:
+        if loaded.spec.reference is None:
+            raise InputError(f"engine {loaded.spec.id} takes no reference audio; disconnect it")
+        extra["reference"] = (loaded.spec.reference.check(*reference), reference[1])
+        if loaded.spec.reference.transcript:
+            extra["reference_text"] = reference_text or ""
     comfy.ensure_loaded(loaded.patcher)
     ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
     run = Run(ctx.seed, loaded.policy.name, ctx.accel)
-    waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values)
+    waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values, **extra)
     run.finish()
     if waveform.dim() != 2 or waveform.dtype.is_complex or not bool(waveform.isfinite().all()):
         raise RuntimeError(f"engine {loaded.spec.id} produced an invalid waveform "

@@ -273,3 +273,34 @@ def test_decoding_through_graphs_gives_the_eager_codes(fail, monkeypatch):
     again = engine.decode_codes(loaded.state, states, RequestContext(9), params)  # replays only
     assert torch.equal(first, eager) and torch.equal(again, eager)
     assert emulated.captures == (loaded.state.config.decoder_layers + 1 if not fail else 2)
+
+
+def hum(freq, seconds=1.0, rate=16000):
+    t = torch.arange(int(seconds * rate)) / rate
+    return (0.5 * torch.sin(2 * torch.pi * freq * t))[None], rate
+
+
+def test_reference_voice_sets_the_pitch(loaded):
+    from mizuoto.engines.dummy.engine import reference_pitch
+
+    assert abs(reference_pitch(hum(120)[0][0], 16000) - 120) < 2
+    low = speak(loaded, TEXT, seed=1, reference=hum(80)).waveform
+    high = speak(loaded, TEXT, seed=1, reference=hum(300)).waveform
+    plain = speak(loaded, TEXT, seed=1).waveform
+    assert low.shape == high.shape == plain.shape  # same codes: the reference changes the pitch only
+
+    def crossings(w):
+        return int(((w[0, :-1] < 0) != (w[0, 1:] < 0)).sum())
+
+    assert crossings(low) < crossings(plain) < crossings(high)
+
+
+@pytest.mark.parametrize("reference,message", [
+    (hum(100, seconds=0.2), "reference audio is 0.20 s long; give one between 0.5 and 30 seconds"),
+    (hum(100, seconds=31), "reference audio is 31.00 s long"),
+    ((torch.zeros(2, 1, 16000), 16000), "reference audio holds 2 clips; give exactly one"),
+    ((torch.full((1, 16000), float("nan")), 16000), "NaN or infinite"),
+])
+def test_bad_reference_audio(loaded, reference, message):
+    with pytest.raises(InputError, match=message.replace("(", "\\(")):
+        speak(loaded, TEXT, seed=1, reference=reference)

@@ -141,3 +141,14 @@ def test_cli_options_are_the_speak_nodes_inputs():
         for param in spec.speak_params:
             assert options[param.name].option_strings == [param.cli_flag]
             assert options[param.name].type is param.kind
+
+
+def test_reference_audio_option(tmp_path, capsys):
+    t = torch.arange(16000) / 16000
+    ref = wav.write(tmp_path / "ref.wav", (0.5 * torch.sin(2 * torch.pi * 100 * t))[None], 16000)
+    code, stdout, _ = run_main(capsys, "say", "hi", "--engine", "dummy", "--ref-audio", str(ref), "-o",
+                               str(tmp_path / "o.wav"))
+    assert code == 0
+    code, _, stderr = run_main(capsys, "say", "hi", "--engine", "dummy", "--ref-audio", str(tmp_path / "no.wav"),
+                               "-o", str(tmp_path / "o2.wav"))
+    assert code == 2 and "reference audio" in stderr and "does not exist" in stderr

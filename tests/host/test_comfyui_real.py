@@ -13,6 +13,7 @@ link to this checkout, so the ComfyUI checkout itself is left untouched. HTTP wi
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,10 @@ OUR_NODES = ("MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "M
 START_TIMEOUT = 120.0  # server start-up until /system_stats answers
 RUN_TIMEOUT = 120.0  # one short prompt, queued until it is in the history
 INTERRUPT_TIMEOUT = 30.0  # from POST /interrupt until the prompt is in the history
-LONG_TEXT = ("Hello there. " * 80)[:1000]  # ~20 s of CPU decoding; the dummy takes at most 1022 bytes
+# The dummy takes at most 1022 bytes and decodes 1-3 codes per byte: ~1000-3000 decode steps, which take
+# only ~1 s on a CPU with torch 2.9 -- too short to cancel after a fixed wait, so the test watches the
+# progress events ComfyUI sends over its websocket and cancels after the first decode steps.
+LONG_TEXT = ("Hello there. " * 80)[:1000]
 
 
 # -- the server -----------------------------------------------------------------------------------------------
@@ -81,9 +86,10 @@ class Server:
     def fail(self, message: str):
         pytest.fail(f"{message}\n--- server log (tail) ---\n{self.log_tail()}", pytrace=False)
 
-    def queue(self, prompt: dict) -> str:
+    def queue(self, prompt: dict, client_id: str | None = None) -> str:
+        body = {"prompt": prompt} if client_id is None else {"prompt": prompt, "client_id": client_id}
         try:
-            answer = self.post("/prompt", {"prompt": prompt})
+            answer = self.post("/prompt", body)
         except urllib.error.HTTPError as exc:
             self.fail(f"POST /prompt was refused ({exc.code}): {exc.read().decode(errors='replace')}")
         if answer.get("node_errors"):
@@ -110,6 +116,65 @@ class Server:
         if status.get("status_str") != "success" or not status.get("completed"):
             self.fail(f"prompt {prompt_id} did not succeed: {json.dumps(status, indent=1)[:6000]}")
         return entry
+
+
+class Events:
+    """ComfyUI's /ws event stream, read with a minimal RFC 6455 client (stdlib only, text frames)."""
+
+    def __init__(self, server: Server, client_id: str, timeout: float = 10.0):
+        host, port = server.url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /ws?clientId={client_id} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                           f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("the websocket closed during the handshake")
+            head += chunk
+        head, self.buffer = head.split(b"\r\n\r\n", 1)
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise ConnectionError(f"no websocket upgrade: {head[:200]!r}")
+
+    def _read(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the websocket closed")
+            self.buffer += chunk
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def next(self, deadline: float) -> dict:
+        """The next JSON event ({"type", "data"}); binary frames (previews) are skipped."""
+        payload = b""
+        while True:
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            b0, b1 = self._read(2)
+            size = b1 & 0x7F
+            if size == 126:
+                size = int.from_bytes(self._read(2), "big")
+            elif size == 127:
+                size = int.from_bytes(self._read(8), "big")
+            mask = self._read(4) if b1 & 0x80 else None
+            data = self._read(size)
+            if mask:
+                data = bytes(c ^ mask[i % 4] for i, c in enumerate(data))
+            opcode = b0 & 0x0F
+            if opcode == 8:
+                raise ConnectionError("the server closed the websocket")
+            if opcode in (0, 1, 2):
+                payload += data
+                if b0 & 0x80:  # final fragment
+                    if opcode == 2 or not payload.startswith(b"{"):
+                        payload = b""
+                        continue
+                    return json.loads(payload)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -291,27 +356,61 @@ def test_second_prompt_reuses_the_cached_loader(comfy):
 
 
 def test_interrupt_stops_a_long_generation_and_the_model_stays_usable(comfy):
-    prompt_id = comfy.queue(workflow(LONG_TEXT, seed=424242))
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not any(item[1] == prompt_id for item in comfy.get("/queue")["queue_running"]):
-        if time.monotonic() > deadline:
-            comfy.fail(f"prompt {prompt_id} never started running")
-        time.sleep(0.1)
-    time.sleep(1.5)  # inside the speak node (the loader is cached), well before its ~20 s of decoding end
-    interrupted_at = time.monotonic()
-    comfy.post("/interrupt", {"prompt_id": prompt_id})
-    entry = comfy.wait(prompt_id, timeout=INTERRUPT_TIMEOUT)
+    client_id = uuid.uuid4().hex
+    events = Events(comfy, client_id)  # progress events go only to the client that queued the prompt
+    try:
+        prompt_id = comfy.queue(workflow(LONG_TEXT, seed=424242), client_id=client_id)
+        deadline = time.monotonic() + RUN_TIMEOUT
+        seen = []  # the speak node's progress values
+        while True:
+            try:
+                event = events.next(deadline)
+            except (TimeoutError, socket.timeout):
+                comfy.fail(f"no progress from the speak node within {RUN_TIMEOUT:.0f} s (events seen: {seen})")
+            data = event.get("data", {})
+            if data.get("prompt_id") not in (None, prompt_id):
+                continue
+            if event["type"] in ("execution_success", "execution_error", "executed") and not seen:
+                comfy.fail(f"the speak node ran without reporting progress: {event}")
+            if event["type"] == "progress" and data.get("node") == "3":
+                seen.append((data["value"], data["max"]))
+                if data["value"] >= 5:  # a few decode steps done: generation is under way
+                    break
+        at_interrupt = seen[-1]
+        comfy.post("/interrupt", {"prompt_id": prompt_id})
+        interrupted_at = time.monotonic()
+        deadline = interrupted_at + INTERRUPT_TIMEOUT
+        while True:  # the stream until the interruption: how far decoding went
+            try:
+                event = events.next(deadline)
+            except (TimeoutError, socket.timeout):
+                break
+            data = event.get("data", {})
+            if event["type"] == "progress" and data.get("node") == "3" and data.get("prompt_id") == prompt_id:
+                seen.append((data["value"], data["max"]))
+            if event["type"] in ("execution_interrupted", "execution_success", "execution_error") \
+                    and data.get("prompt_id") == prompt_id:
+                break
+    finally:
+        events.close()
+    entry = comfy.wait(prompt_id, timeout=max(deadline - time.monotonic(), 1.0))
     took = time.monotonic() - interrupted_at
 
     status = entry["status"]
     stopped = messages(entry, "execution_interrupted")
+    last, total = seen[-1]
+    print(f"\ninterrupt: requested at progress {at_interrupt[0]}/{at_interrupt[1]}, last progress "
+          f"{last}/{total}, finished {took:.2f} s later")
     if status.get("status_str") != "error" or not stopped:
-        comfy.fail(f"the prompt was not interrupted ({took:.1f} s after POST /interrupt): "
-                   f"{json.dumps(status, indent=1)[:4000]}")
+        comfy.fail(f"the prompt was not interrupted (progress {last}/{total}, {took:.1f} s after POST "
+                   f"/interrupt): {json.dumps(status, indent=1)[:4000]}")
     # Interrupted inside the speak node, not after it at the next node (SaveAudio): generation stopped.
     assert stopped[0]["node_id"] == "3", f"interrupted at node {stopped[0]['node_id']}, not the speak node: {status}"
+    assert last < total, f"decoding ran to its end ({last}/{total}) before stopping"
     assert not messages(entry, "execution_success"), status
 
     after = comfy.run(workflow("Still here after the cancel.", seed=8))
+    cached = [data["nodes"] for data in messages(after, "execution_cached")]
+    assert cached and "2" in cached[0], f"the loaded model was not reused after the cancel: {cached}"
     assert report_of(comfy, after)["seed"] == 8
     saved_flac(comfy, after)

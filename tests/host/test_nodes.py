@@ -199,3 +199,18 @@ def test_progress_and_cancel_then_the_same_audio(pack, loader, speaker, monkeypa
     monkeypatch.setattr(comfy, "interrupted", lambda: (lambda: None))
     again = speaker.generate(model, "cancel me", 4, speed=1.0)["result"][0]["waveform"]
     assert torch.equal(again, uninterrupted)
+
+
+def test_speak_node_reference_audio(speaker, loader):
+    widgets_ = type(speaker).INPUT_TYPES()
+    assert widgets_["optional"]["reference_audio"][0] == "AUDIO"
+    assert "reference_text" not in widgets_["optional"]  # the dummy reads no transcript
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="24000")
+    t = torch.arange(16000) / 16000
+    audio = {"waveform": (0.5 * torch.sin(2 * torch.pi * 90 * t))[None, None].repeat(1, 2, 1), "sample_rate": 16000}
+    with_ref = speaker.generate(model, "ref", 3, reference_audio=audio, speed=1.0)["result"][0]["waveform"]
+    plain = speaker.generate(model, "ref", 3, speed=1.0)["result"][0]["waveform"]
+    assert with_ref.shape == plain.shape and not torch.equal(with_ref, plain)
+    short = {"waveform": torch.zeros(1, 1, 800), "sample_rate": 16000}
+    with pytest.raises(InputError, match="reference audio is 0.05 s long"):
+        speaker.generate(model, "ref", 3, reference_audio=short, speed=1.0)

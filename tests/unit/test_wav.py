@@ -53,3 +53,44 @@ def test_unwritable_paths(tmp_path):
         wav.check_writable(tmp_path / "no" / "a.wav")
     with pytest.raises(InputError, match="is a folder"):
         wav.check_writable(tmp_path)
+
+
+@pytest.mark.parametrize("width,dtype,scale", [(1, "u1", None), (2, "<i2", 32767), (4, "<i4", 2147483647)])
+def test_reads_other_pcm_widths(tmp_path, width, dtype, scale):
+    import numpy
+
+    x = (signal(1, 400)[0] * 0.5).numpy()
+    if dtype == "u1":
+        data = numpy.round(x * 127 + 128).astype("u1").tobytes()
+    else:
+        data = numpy.round(x * scale).astype(dtype).tobytes()
+    path = tmp_path / "w.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(width)
+        w.setframerate(8000)
+        w.writeframes(data)
+    back, rate = wav.read(path)
+    assert rate == 8000 and back.shape == (1, 400)
+    assert (back[0] - torch.from_numpy(x)).abs().max() < 2 / 127
+
+
+def test_reads_24_bit(tmp_path):
+    x = signal(1, 300)[0] * 0.5
+    ints = (x * 8388607).round().to(torch.int32)
+    data = b"".join(int(v).to_bytes(4, "little", signed=True)[:3] for v in ints)
+    path = tmp_path / "w24.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(3)
+        w.setframerate(16000)
+        w.writeframes(data)
+    back, _ = wav.read(path)
+    assert (back[0] - x).abs().max() < 1e-6
+
+
+def test_not_a_wav(tmp_path):
+    path = tmp_path / "x.wav"
+    path.write_bytes(b"ID3 this is an mp3")
+    with pytest.raises(InputError, match="not a WAV file; convert it"):
+        wav.read(path)
