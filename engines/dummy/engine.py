@@ -83,6 +83,16 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     return DummyLoaded(model, description, ModelHandle(model, device), options, encoder)
 
 
+def rebind(previous: DummyLoaded, options: RuntimeOptions) -> DummyLoaded:
+    """The same weights under other runtime options (policy, compile, CUDA graphs): nothing reloads.
+    The weights' handle (and so their CUDA graphs) is shared; the compiled encoder follows compile."""
+    model = previous.model
+    encoder = previous.encoder if options.compile == previous.options.compile else \
+        compile_module(model.encoder, options.compile, "dummy.encoder", device=previous.device)
+    return replace(previous, options=options, encoder=encoder,
+                   steps=previous.steps if options.cuda_graphs == previous.options.cuda_graphs else None)
+
+
 def batch_ids(texts: list[str], config: DummyConfig, device) -> tuple[torch.Tensor, bool]:
     """Encode texts into one right-padded (B, L) id tensor, and whether any row is padded."""
     encoded = [encode(t, config) for t in texts]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,26 @@ def check_model_path(spec: EngineSpec, model: str | Path | None) -> Path | None:
     return path
 
 
+# Engine states still in use, by what their weights depend on. A load that differs only in what
+# the weights do not depend on (the attention policy, compile, CUDA graphs) reuses the weights
+# (ComfyUI re-runs a loader whenever its policy input changes): only what must reload reloads.
+_states: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+
+
+def _load_state(spec: EngineSpec, path: Path | None, device, dtype, options: RuntimeOptions):
+    implementation = spec.implementation_module()
+    stamp = None if path is None else (str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size)
+    key = (spec.id, stamp, str(device), str(dtype), tuple(sorted(options.load_options.items())))
+    previous = _states.get(key)
+    rebind = getattr(implementation, "rebind", None)
+    if previous is not None and rebind is not None:
+        state = rebind(previous, options)
+    else:
+        state = implementation.load(path, device, dtype, options)
+    _states[key] = state
+    return state
+
+
 def load_model(engine: str, model: str | Path | None = None, *, device: str = "auto",
                dtype: str = "float32", policy: str | None = None, strict: bool = False,
                settings_file=None, overrides: dict[str, Any] | None = None) -> LoadedModel:
@@ -67,7 +88,7 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
     path = check_model_path(spec, model)
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
     accel_policy.check_device(torch_device)  # strict: refuse a named backend that cannot run here
-    state = spec.implementation_module().load(path, torch_device, torch_dtype, options)
+    state = _load_state(spec, path, torch_device, torch_dtype, options)
     info = LoadedModelInfo(
         engine=spec.id,
         source=state.source,

@@ -214,3 +214,16 @@ def test_speak_node_reference_audio(speaker, loader):
     short = {"waveform": torch.zeros(1, 1, 800), "sample_rate": 16000}
     with pytest.raises(InputError, match="reference audio is 0.05 s long"):
         speaker.generate(model, "ref", 3, reference_audio=short, speed=1.0)
+
+
+def test_changing_the_policy_does_not_reload_the_weights(pack, loader):
+    policy = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]()
+    (auto,) = loader.load("(built-in weights)", "cpu", "float32", policy=policy.choose("auto", False, False, True)[0],
+                          sample_rate="24000")
+    (math_,) = loader.load("(built-in weights)", "cpu", "float32", policy=policy.choose("math", False, False, False)[0],
+                           sample_rate="24000")
+    assert math_.state.model is auto.state.model  # same weights, not reloaded
+    assert (auto.info.attention, math_.info.attention) == ("auto", "math")
+    assert math_.state.options.cuda_graphs is False and auto.state.options.cuda_graphs is True
+    (other_rate,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="16000")
+    assert other_rate.state.model is not auto.state.model  # a load option the weights depend on: reloaded
