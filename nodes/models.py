@@ -6,13 +6,14 @@ import os
 
 from mizuoto.core.errors import InputError
 from mizuoto.engines.spec import EngineSpec
-from mizuoto.host import comfy
+from mizuoto.host import comfy, download
 
 from .types import BUILTIN_WEIGHTS
 
 
 def choices(spec: EngineSpec) -> list[str]:
     names = [BUILTIN_WEIGHTS] if spec.builtin_weights else []
+    names += [download.choice_for(repo) for repo in spec.repos]
     for base in comfy.model_folders():
         folder = os.path.join(base, spec.id)
         if os.path.isdir(folder):
@@ -25,6 +26,9 @@ def resolve(spec: EngineSpec, choice: str) -> str | None:
     """A loader's model choice -> a checkpoint path, or None for the built-in weights."""
     if choice == BUILTIN_WEIGHTS:
         return None
+    if download.is_choice(choice):
+        base = (comfy.model_folders() or [os.path.dirname(comfy.default_model_folder(spec.id))])[0]
+        return str(download.fetch(spec.id, download.repo_of(choice), base))
     if os.path.isabs(choice):
         return choice
     path = comfy.full_path(choice)

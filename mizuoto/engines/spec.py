@@ -90,6 +90,7 @@ class EngineSpec:
     load_options: tuple[Option, ...] = ()
     speak_params: tuple[Param, ...] = field(default_factory=tuple)
     reference: Reference | None = None  # an optional reference voice the speak node accepts
+    repos: tuple[str, ...] = ()  # Hugging Face repo ids the loader offers, downloaded on first use
 
     def settings(self) -> EngineSettings:
         return EngineSettings(self.id, self.load_options)

@@ -129,3 +129,50 @@ def test_models_on_a_gpu_are_handed_to_model_management(host, monkeypatch):
     speak(cpu_model, "managed", seed=1)
     assert loads == [([patcher], True)]
     assert local.comfy is comfy
+
+
+def test_repo_downloads(monkeypatch, tmp_path):
+    """A repo id downloads once into models/tts/<engine>/<org--name> and is marked complete; failures
+    and a missing huggingface_hub name the folder to fill by hand."""
+    from mizuoto.core.errors import CheckpointError
+    from mizuoto.host import download
+
+    calls = []
+    hub = types.ModuleType("huggingface_hub")
+
+    def snapshot_download(repo_id, local_dir):
+        calls.append((repo_id, local_dir))
+        (tmp_path / "tts" / "dummy" / "org--voice" / "model.safetensors").write_bytes(b"x")
+
+    hub.snapshot_download = snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    folder = download.fetch("dummy", "org/voice", str(tmp_path / "tts"))
+    assert folder == tmp_path / "tts" / "dummy" / "org--voice" and (folder / download.COMPLETE).is_file()
+    download.fetch("dummy", "org/voice", str(tmp_path / "tts"))
+    assert len(calls) == 1  # complete: not fetched again
+
+    def offline(repo_id, local_dir):
+        raise OSError("We couldn't connect to the Hub")
+
+    hub.snapshot_download = offline
+    with pytest.raises(CheckpointError, match=r"could not download org/other .*download it by hand into .*org--other"):
+        download.fetch("dummy", "org/other", str(tmp_path / "tts"))
+    assert not (tmp_path / "tts" / "dummy" / "org--other" / download.COMPLETE).exists()
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(CheckpointError, match="huggingface_hub is not installed; pip install huggingface_hub"):
+        download.fetch("dummy", "org/third", str(tmp_path / "tts"))
+
+
+def test_loader_offers_repo_ids(monkeypatch):
+    import dataclasses
+    from importlib import import_module
+
+    from mizuoto import engines
+
+    spec = dataclasses.replace(engines.get("dummy"), repos=("org/voice",))
+    models = import_module("mizuoto.nodes.models")  # the nodes as the installed package lays them out
+    assert models.choices(spec) == ["(built-in weights)", "hf:org/voice"]
+    fetched = []
+    monkeypatch.setattr(models.download, "fetch", lambda engine, repo, base: fetched.append((engine, repo)) or base)
+    models.resolve(spec, "hf:org/voice")
+    assert fetched == [("dummy", "org/voice")]
