@@ -414,3 +414,28 @@ def test_interrupt_stops_a_long_generation_and_the_model_stays_usable(comfy):
     assert cached and "2" in cached[0], f"the loaded model was not reused after the cancel: {cached}"
     assert report_of(comfy, after)["seed"] == 8
     saved_flac(comfy, after)
+
+
+def test_doctor_route_answers_json(comfy):
+    report = comfy.get("/mizuoto/doctor")
+    devices = report["acceleration"]["devices"]
+    assert report["engines"]["dummy"] and isinstance(devices, list) and devices[0]["device"] == "cpu", devices
+
+
+def test_bad_input_reaches_the_error_dialog_as_our_message(comfy):
+    prompt_id = comfy.queue(workflow(text="   "))
+    entry = comfy.wait(prompt_id)
+    errors = messages(entry, "execution_error")
+    assert entry["status"]["status_str"] == "error" and errors, entry["status"]
+    assert errors[0]["exception_message"].strip() == "text is empty; give some words to speak", errors[0]
+    assert errors[0]["node_id"] == "3"
+
+
+def test_free_drops_the_model_and_the_next_prompt_loads_it_again(comfy):
+    comfy.run(workflow("Loaded before /free.", seed=3))
+    comfy.post("/free", {"unload_models": True, "free_memory": True})
+    time.sleep(1.0)  # /free is handled by the prompt worker between prompts
+    entry = comfy.run(workflow("Loaded again after /free.", seed=3))
+    cached = [data["nodes"] for data in messages(entry, "execution_cached")]
+    assert not cached or "2" not in cached[0], f"the loader came from cache after /free: {cached}"
+    assert report_of(comfy, entry)["engine"] == "dummy"

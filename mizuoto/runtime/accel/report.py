@@ -54,11 +54,19 @@ def probe_devices() -> list[dict]:
 
 def probe_in_subprocess(timeout: float = 300.0) -> list[dict] | dict:
     """`python -m mizuoto.runtime.accel` in a child: a kernel that crashes the process crashes it there."""
+    import os
+
+    import mizuoto
     from mizuoto.core.compute import cpu
 
+    env = cpu.child_env()
+    # In a ComfyUI clone the library is loaded by path, not installed: the child must find the same copy.
+    # (The child runs only this probe, so the pack's other folders on its path reach nothing else.)
+    library_parent = os.path.dirname(os.path.dirname(os.path.abspath(mizuoto.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (library_parent, env.get("PYTHONPATH")) if p)
     try:
         done = subprocess.run([sys.executable, "-m", "mizuoto.runtime.accel"], capture_output=True, text=True,
-                              timeout=timeout, env=cpu.child_env())
+                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"probing took longer than {timeout:.0f} s"}
     if done.returncode != 0:
