@@ -55,7 +55,7 @@ def test_site_names_are_unique_across_modules():
 
 def test_policy_for_shares_objects_and_rejects_unknown_names():
     assert accel.policy_for("auto") is accel.policy_for("auto")
-    assert accel.policy_for("auto").binding is None
+    assert accel.policy_for("auto").start() is None
     with pytest.raises(InputError, match="unknown attention policy 'turbo'; choose one of: auto"):
         accel.policy_for("turbo")
 

@@ -57,11 +57,6 @@ class AccelPolicy:
             return host.backend()
         return None if self.name in SPECIAL else self.name
 
-    @property
-    def binding(self):
-        """Kept for callers that bind the policy itself; requests bind `start()` instead."""
-        return None if self.name == "auto" else self
-
     def start(self) -> "AccelRun | None":
         """What one request binds around its steps: None for auto (nothing is bound or counted)."""
         return None if self.name == "auto" else AccelRun(self)
