@@ -16,6 +16,10 @@ function summary(report) {
     `${report.audio_seconds}s of audio in ${report.wall_seconds}s (RTF ${report.real_time_factor})`,
     `attention ${attention.policy}: ${used}`,
   ];
+  // Fallbacks get their own lines below; other warnings show as they are.
+  for (const warning of report.warnings || []) {
+    if (!warning.startsWith("attention fell back")) lines.push(`⚠ ${warning}`);
+  }
   for (const [pair, reasons] of Object.entries(attention.fallbacks || {})) {
     lines.push(`⚠ fell back ${pair}: ${Object.entries(reasons).map(([r, n]) => `${r} ×${n}`).join(", ")}`);
   }
@@ -33,13 +37,32 @@ function drawLines(node, ctx, lines) {
   ctx.restore();
 }
 
+let doctorPending = false;
+
 async function showDoctor() {
-  const response = await api.fetchApi("/mizuoto/doctor");
-  const text = response.ok ? JSON.stringify(await response.json(), null, 2) : `doctor failed: ${response.status}`;
+  if (doctorPending) return;  // one request (about 2 s) and one dialog at a time
+  doctorPending = true;
+  let text;
+  try {
+    const response = await api.fetchApi("/mizuoto/doctor");
+    text = response.ok ? JSON.stringify(await response.json(), null, 2) : `doctor failed: ${response.status}`;
+  } catch (error) {
+    text = `doctor failed: ${error}`;
+  } finally {
+    doctorPending = false;
+  }
   const dialog = document.createElement("dialog");
-  dialog.style.cssText = "max-width:80vw;max-height:80vh;overflow:auto;white-space:pre;font:12px monospace";
-  dialog.textContent = text;
-  dialog.addEventListener("click", () => dialog.close());
+  dialog.style.cssText = "max-width:80vw;max-height:80vh;overflow:auto;padding:0";
+  const pre = document.createElement("pre");
+  pre.style.cssText = "margin:0;padding:12px;font:12px monospace;user-select:text";
+  pre.textContent = text;
+  dialog.appendChild(pre);
+  // Close on a click on the backdrop only (the text stays selectable), and on Escape: ComfyUI's
+  // keybinding handler calls preventDefault on Escape, which stops <dialog>'s own cancel.
+  dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
+  dialog.addEventListener("keydown", (e) => {
+    if (e.key === "Escape") { e.stopPropagation(); dialog.close(); }
+  });
   dialog.addEventListener("close", () => dialog.remove());
   document.body.appendChild(dialog);
   dialog.showModal();
@@ -66,6 +89,7 @@ app.registerExtension({
     const onExecuted = nodeType.prototype.onExecuted;
     nodeType.prototype.onExecuted = function (message) {
       onExecuted?.apply(this, arguments);
+      this.mizuotoLines = null;  // never leave a previous run's summary on the node
       const text = (isSpeak ? message?.report : message?.text)?.[0];
       if (!text) return;
       try {

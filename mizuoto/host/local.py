@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +141,8 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
         "samples": int(waveform.shape[-1]),
         "audio_seconds": round(seconds, 4),
         "wall_seconds": round(run.wall_seconds, 4),
-        "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else math.inf,
+        # null, not infinity, for no audio: JSON has no infinity and browsers refuse to parse it
+        "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else None,
         "warnings": run.warnings,
     }
     return Speech(waveform, rate, report)

@@ -28,7 +28,9 @@ def test_version_and_registry_block(repo):
     data = tomllib.loads((repo / "pyproject.toml").read_text())
     assert data["project"]["version"] == mizuoto.__version__
     comfy = data["tool"]["comfy"]
-    assert comfy["PublisherId"] and comfy["DisplayName"] == "Mizuoto" and comfy["web"] == "web"
+    # No `web` key: the pack's WEB_DIRECTORY already serves web/, and ComfyUI would load a second copy
+    # of the extension under the project name whenever the folder is named otherwise.
+    assert comfy["PublisherId"] and comfy["DisplayName"] == "Mizuoto" and "web" not in comfy
     assert data["tool"]["pytest"]["ini_options"] and data["tool"]["ruff"]
 
 

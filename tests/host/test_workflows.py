@@ -33,12 +33,12 @@ def widgets(cls) -> dict:
 
 def test_one_workflow_pair_per_engine():
     for engine_id in engines.ids():
-        assert (WORKFLOWS / f"{engine_id}.json").is_file() and (WORKFLOWS / f"{engine_id}_api.json").is_file()
+        assert (WORKFLOWS / f"{engine_id}.json").is_file() and (WORKFLOWS / "api" / f"{engine_id}.json").is_file()
 
 
 @pytest.mark.parametrize("engine_id", engines.ids())
 def test_api_workflow_inputs_are_declared_and_allowed(mappings, engine_id):
-    graph = json.loads((WORKFLOWS / f"{engine_id}_api.json").read_text())
+    graph = json.loads((WORKFLOWS / "api" / f"{engine_id}.json").read_text())
     for node_id, node in graph.items():
         if node["class_type"] in CORE_NODES:
             continue
@@ -55,7 +55,7 @@ def test_api_workflow_inputs_are_declared_and_allowed(mappings, engine_id):
 
 @pytest.mark.parametrize("engine_id", engines.ids())
 def test_api_workflow_runs_on_the_node_classes(mappings, engine_id):
-    graph = json.loads((WORKFLOWS / f"{engine_id}_api.json").read_text())
+    graph = json.loads((WORKFLOWS / "api" / f"{engine_id}.json").read_text())
     outputs = {}
 
     def run(node_id):
