@@ -14,18 +14,39 @@ from typing import Sequence
 
 from mizuoto.core.compute import cpu
 from mizuoto.core.errors import MizuotoError
+from mizuoto.engines.spec import SPEAK, TRANSCRIBE
 
 EXIT_USER_ERROR = 2
 
 
-def _engine_params():
+def _add_engine_params(group, kind: str) -> None:
+    """Every engine parameter of engines of `kind` as an option named like the node input."""
     from mizuoto import engines
 
     seen = {}
-    for spec in engines.all_engines().values():
+    for spec in engines.of_kind(kind).values():
         for param in spec.speak_params:
             seen.setdefault(param.name, (param, []))[1].append(spec.id)
-    return seen
+    for name, (param, owners) in seen.items():
+        if param.kind is bool:
+            # `--word-timestamps` alone means true; `--word-timestamps false` spells it out
+            group.add_argument(param.cli_flag, dest=f"param_{name}", default=None, metavar="BOOL", nargs="?",
+                               const=True, type=_boolean,
+                               help=f"{param.help} (default {param.default}; {', '.join(owners)})")
+            continue
+        group.add_argument(param.cli_flag, dest=f"param_{name}", type=param.kind, default=None,
+                           metavar=param.kind.__name__.upper(), choices=param.choices if param.choices and
+                           len(param.choices) < 12 else None,
+                           help=f"{param.help} (default {param.default}; {', '.join(owners)})")
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "report as JSON.")
     say.add_argument("text", metavar="TEXT", help="what to say")
     say.add_argument("--engine", required=True, metavar="ID",
-                     help=f"engine to use: {', '.join(engines.ids())}")
+                     help=f"engine to use: {', '.join(engines.of_kind(SPEAK))}")
     say.add_argument("--model", metavar="PATH", help="checkpoint file (default: the engine's built-in "
                                                      "weights, where it has them)")
     say.add_argument("--seed", type=int, metavar="N",
@@ -61,11 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--ref-audio", metavar="FILE.wav", help="reference voice recording (engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
     say.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
-    group = say.add_argument_group("engine parameters")
-    for name, (param, owners) in _engine_params().items():
-        group.add_argument(param.cli_flag, dest=f"param_{name}", type=param.kind, default=None,
-                           metavar=param.kind.__name__.upper(),
-                           help=f"{param.help} (default {param.default}; {', '.join(owners)})")
+    _add_engine_params(say.add_argument_group("engine parameters"), SPEAK)
+
+    hear = sub.add_parser("transcribe", help="transcribe an audio file",
+                          description="Transcribe a WAV file (any rate; 16 kHz mono is bit-exact to upstream) "
+                                      "and print the text, or with --json the whole result.")
+    hear.add_argument("audio", metavar="FILE.wav", help="audio to transcribe")
+    hear.add_argument("--engine", default="whisper", metavar="ID",
+                      help=f"engine to use: {', '.join(engines.of_kind(TRANSCRIBE)) or 'none'} (default whisper)")
+    hear.add_argument("--model", required=True, metavar="PATH", help="checkpoint: an openai .pt file or a "
+                                                                    "Hugging Face folder")
+    hear.add_argument("--seed", type=int, metavar="N", help="seed of temperature-fallback sampling")
+    hear.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    hear.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
+    hear.add_argument("--policy", metavar="P", help="attention policy (default: the engine's setting)")
+    hear.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    _add_engine_params(hear.add_argument_group("decoding options (openai-whisper's names and defaults)"),
+                       TRANSCRIBE)
 
     sub.add_parser("engines", help="list the engines and their parameters")
 
@@ -85,6 +118,8 @@ def cmd_say(args) -> int:
     from mizuoto.host import load_model, speak, startup
 
     spec = engines.get(args.engine)
+    if spec.kind != SPEAK:
+        raise InputError(f"engine {spec.id} does not speak; use python -m mizuoto transcribe")
     if not args.text.strip():
         raise InputError("text is empty; give some words to speak")
     output = wav.check_writable(args.output)  # before any work, so a bad path costs nothing
@@ -99,6 +134,32 @@ def cmd_say(args) -> int:
     wav.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0
+
+
+def cmd_transcribe(args) -> int:
+    from mizuoto.audio import wav
+    from mizuoto.core.errors import InputError
+    from mizuoto.host import load_model, startup
+    from mizuoto.host.local import transcribe
+
+    spec = engines_get(args.engine)
+    if spec.kind != TRANSCRIBE:
+        raise InputError(f"engine {spec.id} does not transcribe; use --engine whisper")
+    if not os.path.isfile(args.audio):
+        raise InputError(f"audio file {args.audio} does not exist")
+    waveform, rate = wav.read(args.audio)
+    startup.start()
+    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy)
+    result = transcribe(loaded, waveform, rate, params=params, seed=args.seed)
+    print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["text"].strip())
+    return 0
+
+
+def engines_get(engine_id: str):
+    from mizuoto import engines
+
+    return engines.get(engine_id)
 
 
 def cmd_engines(args) -> int:
@@ -128,7 +189,8 @@ def cmd_save_dummy(args) -> int:
     return 0
 
 
-COMMANDS = {"say": cmd_say, "engines": cmd_engines, "doctor": cmd_doctor, "save-dummy": cmd_save_dummy}
+COMMANDS = {"say": cmd_say, "transcribe": cmd_transcribe, "engines": cmd_engines, "doctor": cmd_doctor,
+            "save-dummy": cmd_save_dummy}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

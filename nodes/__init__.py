@@ -3,10 +3,11 @@
 import os
 
 from mizuoto import engines
+from mizuoto.engines.spec import SPEAK
 from mizuoto.host import comfy
 
 from .doctor import MizuotoDoctor, register_route
-from .engine_nodes import make_loader, make_speaker
+from .engine_nodes import make_loader, make_speaker, make_transcriber
 from .policy import MizuotoAccelPolicy
 
 comfy.register_model_folder()  # models/tts, when ComfyUI is the host
@@ -16,7 +17,8 @@ NODE_CLASS_MAPPINGS = {"MizuotoAccelPolicy": MizuotoAccelPolicy, "MizuotoDoctor"
 NODE_DISPLAY_NAME_MAPPINGS = {"MizuotoAccelPolicy": "Mizuoto Accel Policy", "MizuotoDoctor": "Mizuoto Doctor"}
 
 for _spec in engines.all_engines().values():
-    for _cls, _role in ((make_loader(_spec), "Loader"), (make_speaker(_spec), "Speak")):
+    _second = (make_speaker(_spec), "Speak") if _spec.kind == SPEAK else (make_transcriber(_spec), "Transcribe")
+    for _cls, _role in ((make_loader(_spec), "Loader"), _second):
         NODE_CLASS_MAPPINGS[_cls.__name__] = _cls
         NODE_DISPLAY_NAME_MAPPINGS[_cls.__name__] = f"Mizuoto {_spec.display_name} {_role}"
 

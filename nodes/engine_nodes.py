@@ -8,6 +8,7 @@ from mizuoto.core.errors import InputError
 from mizuoto.engines.spec import EngineSpec
 from mizuoto.host import LoadedModel, comfy, load_model, speak
 from mizuoto.host.devices import DEVICES, DTYPES
+from mizuoto.host.local import transcribe
 from mizuoto.runtime.context import RequestContext
 
 from . import models
@@ -102,4 +103,36 @@ def make_speaker(spec: EngineSpec) -> type:
         "CATEGORY": f"{CATEGORY}/{spec.display_name}",
         "DESCRIPTION": f"Speak a text with {spec.display_name}; returns the audio and a JSON run report.",
         "generate": generate,
+    })
+
+
+def make_transcriber(spec: EngineSpec) -> type:
+    """A Transcribe node: AUDIO in; text, language and the segments (JSON) out."""
+
+    def INPUT_TYPES(cls):
+        required = {"model": (MODEL,), "audio": (AUDIO,),
+                    "seed": ("INT", {"default": 0, "min": 0, "max": SEED_MAX,
+                                     "tooltip": "draws of temperature fallback sampling"})}
+        for param in spec.speak_params:
+            required[param.name] = param_widget(param)
+        return {"required": required, "hidden": {"unique_id": "UNIQUE_ID"}}
+
+    def run(self, model, audio, seed, unique_id=None, **params):
+        if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
+            raise InputError(f"this {spec.display_name} node needs a {spec.display_name} Loader's model")
+        ctx = RequestContext(seed, accel=model.policy.start(), progress=comfy.progress(unique_id),
+                             interrupted=comfy.interrupted())
+        result = transcribe(model, audio["waveform"], int(audio["sample_rate"]), params=params, ctx=ctx)
+        segments = json.dumps(result["segments"], indent=2, ensure_ascii=False)
+        return {"ui": {"text": [result["text"]]}, "result": (result["text"].strip(), result["language"], segments)}
+
+    return type(_class_name(spec, "Transcribe"), (), {
+        "INPUT_TYPES": classmethod(INPUT_TYPES),
+        "RETURN_TYPES": ("STRING", "STRING", "STRING"),
+        "RETURN_NAMES": ("text", "language", "segments"),
+        "FUNCTION": "run",
+        "CATEGORY": f"{CATEGORY}/{spec.display_name}",
+        "DESCRIPTION": f"Transcribe audio with {spec.display_name}; returns the text, its language and the "
+                       f"segments with timestamps as JSON.",
+        "run": run,
     })

@@ -17,8 +17,10 @@ def choices(spec: EngineSpec) -> list[str]:
     for base in comfy.model_folders():
         folder = os.path.join(base, spec.id)
         if os.path.isdir(folder):
+            # files with the engine's suffixes, and Hugging Face folders (a config.json inside)
             names += sorted(f"{spec.id}/{n}" for n in os.listdir(folder)
-                            if n.lower().endswith(spec.checkpoint_suffixes))
+                            if n.lower().endswith(spec.checkpoint_suffixes)
+                            or os.path.isfile(os.path.join(folder, n, "config.json")))
     return names
 
 
@@ -32,6 +34,9 @@ def resolve(spec: EngineSpec, choice: str) -> str | None:
     if os.path.isabs(choice):
         return choice
     path = comfy.full_path(choice)
+    if path is None:  # a Hugging Face folder: folder_paths resolves files only
+        path = next((os.path.join(base, choice) for base in comfy.model_folders()
+                     if os.path.isdir(os.path.join(base, choice))), None)
     if path is None:
         raise InputError(f"checkpoint '{choice}' was not found in {comfy.default_model_folder(spec.id)}; "
                          f"put it there or pick another one")

@@ -121,8 +121,12 @@ class AudioEncoder(nn.Module):
         self.blocks = nn.ModuleList(Block(dims.n_audio_state, dims.n_audio_head) for _ in range(dims.n_audio_layer))
         self.ln_post = LayerNorm(dims.n_audio_state)
 
-    def forward(self, mel: torch.Tensor) -> torch.Tensor:
-        """mel (B, n_mels, 3000) -> audio features (B, 1500, state)."""
+    def forward(self, mel: torch.Tensor, handwritten: bool = False) -> torch.Tensor:
+        """mel (B, n_mels, 3000) -> audio features (B, 1500, state).
+
+        `handwritten` runs every attention on the handwritten path (`Attention.scores`), as upstream's
+        encoder runs under `disable_sdpa()` when word timestamps re-encode a window: its features
+        differ from the SDPA ones in the last bits."""
         x = F.gelu(self.conv1(mel))
         x = F.gelu(self.conv2(x)).permute(0, 2, 1)
         if x.shape[1:] != self.positional_embedding.shape:
@@ -131,7 +135,8 @@ class AudioEncoder(nn.Module):
         x = (x + self.positional_embedding).to(x.dtype)
         for block in self.blocks:
             h = block.attn_ln(x)
-            x = x + block.attn.attend(block.attn.query(h), block.attn.key(h), block.attn.value(h), ENCODER)
+            q, k, v = block.attn.query(h), block.attn.key(h), block.attn.value(h)
+            x = x + (block.attn.scores(q, k, v)[0] if handwritten else block.attn.attend(q, k, v, ENCODER))
             x = x + block.mlp(block.mlp_ln(x))
         return self.ln_post(x)
 

@@ -19,7 +19,7 @@ from mizuoto.core.settings import Schema
 
 from .spec import EngineSpec, Param
 
-__all__ = ["EngineSpec", "Param", "all_engines", "get", "ids", "settings_schema"]
+__all__ = ["EngineSpec", "Param", "all_engines", "get", "ids", "of_kind", "settings_schema"]
 
 
 def _clone_engines_dir() -> Path | None:
@@ -62,6 +62,11 @@ def all_engines() -> dict[str, EngineSpec]:
 
 def ids() -> tuple[str, ...]:
     return tuple(all_engines())
+
+
+def of_kind(kind: str) -> dict[str, EngineSpec]:
+    """The engines that speak (SPEAK) or that transcribe (TRANSCRIBE)."""
+    return {i: spec for i, spec in all_engines().items() if spec.kind == kind}
 
 
 def get(engine_id: str) -> EngineSpec:

@@ -77,6 +77,9 @@ class Reference:
         return mono
 
 
+SPEAK, TRANSCRIBE = "speak", "transcribe"
+
+
 @dataclass(frozen=True)
 class EngineSpec:
     id: str
@@ -91,6 +94,7 @@ class EngineSpec:
     speak_params: tuple[Param, ...] = field(default_factory=tuple)
     reference: Reference | None = None  # an optional reference voice the speak node accepts
     repos: tuple[str, ...] = ()  # Hugging Face repo ids the loader offers, downloaded on first use
+    kind: str = SPEAK  # SPEAK: text -> audio (speak node, `say`); TRANSCRIBE: audio -> text
 
     def settings(self) -> EngineSettings:
         return EngineSettings(self.id, self.load_options)

@@ -146,3 +146,48 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
         "warnings": run.warnings,
     }
     return Speech(waveform, rate, report)
+
+
+def transcribe(loaded: LoadedModel, waveform, sample_rate: int, params: dict[str, Any] | None = None,
+               seed: int | None = None, ctx: RequestContext | None = None) -> dict[str, Any]:
+    """Audio (channels, samples) at any rate -> the transcription engine's result dict, plus a report.
+
+    The audio is mixed to mono and resampled to the engine's rate (exact to upstream only when it
+    already is at that rate: upstream resamples with ffmpeg)."""
+    from mizuoto.engines.spec import TRANSCRIBE
+
+    if loaded.spec.kind != TRANSCRIBE:
+        raise InputError(f"engine {loaded.spec.id} does not transcribe; load a Whisper model")
+    values = loaded.spec.check_speak_params(params)
+    implementation = loaded.spec.implementation_module()
+    audio = _mono_at(waveform, sample_rate, implementation.SAMPLE_RATE)
+    comfy.ensure_loaded(loaded.patcher)
+    ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
+    run = Run(ctx.seed, loaded.policy.name, ctx.accel)
+    result = implementation.transcribe(loaded.state, audio, ctx, values)
+    run.finish()
+    seconds = audio.shape[-1] / implementation.SAMPLE_RATE
+    result["report"] = {**loaded.info.report(), "seed": ctx.seed, "options": values,
+                        "attention": run.attention_report(), "audio_seconds": round(seconds, 4),
+                        "wall_seconds": round(run.wall_seconds, 4),
+                        "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else None,
+                        "warnings": run.warnings}
+    return result
+
+
+def _mono_at(waveform, sample_rate: int, rate: int):
+    import torch
+
+    waveform = torch.as_tensor(waveform, dtype=torch.float32)
+    if waveform.dim() == 3:
+        if waveform.shape[0] != 1:
+            raise InputError(f"the audio holds {waveform.shape[0]} clips; give exactly one")
+        waveform = waveform[0]
+    mono = waveform if waveform.dim() == 1 else waveform.mean(dim=0)
+    if mono.shape[-1] == 0:
+        raise InputError("the audio is empty")
+    if sample_rate != rate:
+        from mizuoto.audio.resample import resample
+
+        mono = resample(mono, sample_rate, rate)
+    return mono

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from mizuoto.audio import resample as resampling
 from mizuoto.core.errors import InputError
 from mizuoto.engines.whisper import audio
 
@@ -203,10 +204,10 @@ def test_gather_and_convolution_paths_agree():
         g = math.gcd(orig, SR)
         up, down = SR // g, orig // g
         n_out = (2 * x.shape[-1] * up + down) // (2 * down)
-        cutoff = audio.ROLLOFF * min(up, down) / (2 * down)
-        half_width = audio.ZERO_CROSSINGS / (2 * cutoff)
+        cutoff = resampling.ROLLOFF * min(up, down) / (2 * down)
+        half_width = resampling.ZERO_CROSSINGS / (2 * cutoff)
         args = (x, up, down, n_out, cutoff, half_width, math.ceil(half_width))
-        a, b = audio._resample_polyphase(*args), audio._resample_direct(*args)
+        a, b = resampling._resample_polyphase(*args), resampling._resample_direct(*args)
         assert a.shape == b.shape == (2, n_out)
         assert (a - b).abs().max().item() < 1e-5
 

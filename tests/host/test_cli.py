@@ -128,19 +128,20 @@ def test_module_entry_point_help_and_exit_codes(tmp_path):
 
 
 def test_cli_options_are_the_speak_nodes_inputs():
-    """One declaration, two faces: every engine parameter is a speak-node input and a `say` option of
-    the same name, with the same default."""
+    """One declaration, two faces: every engine parameter is a node input and an option of `say` (or
+    `transcribe`) of the same name and type."""
     from mizuoto import engines
+    from mizuoto.engines.spec import SPEAK, TRANSCRIBE
 
     parser = cli.build_parser()
-    say = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" say"))
-    options = {a.dest.removeprefix("param_"): a for a in say._actions if a.dest.startswith("param_")}
-    for spec in engines.all_engines().values():
-        names = {p.name for p in spec.speak_params}
-        assert names <= set(options)
-        for param in spec.speak_params:
-            assert options[param.name].option_strings == [param.cli_flag]
-            assert options[param.name].type is param.kind
+    commands = parser._subparsers._group_actions[0].choices
+    for kind, command in ((SPEAK, "say"), (TRANSCRIBE, "transcribe")):
+        options = {a.dest.removeprefix("param_"): a for a in commands[command]._actions if a.dest.startswith("param_")}
+        for spec in engines.of_kind(kind).values():
+            for param in spec.speak_params:
+                assert options[param.name].option_strings == [param.cli_flag]
+                if param.kind is not bool:
+                    assert options[param.name].type is param.kind
 
 
 def test_reference_audio_option(tmp_path, capsys):

@@ -38,7 +38,8 @@ def widgets(cls):
     return {**types.get("required", {}), **types.get("optional", {})}
 
 
-NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor"}
+NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
+         "MizuotoWhisperTranscribe"}
 
 
 def test_mappings_and_display_names(pack):
@@ -53,7 +54,7 @@ def test_mappings_and_display_names(pack):
 
 def test_loader_widgets(loader):
     w = widgets(type(loader))
-    assert w["model"][0] == ["(built-in weights)"]
+    assert w["model"][0] == ["(built-in weights)"]  # no models/tts folder outside ComfyUI
     assert w["dtype"][0] == ["float32", "bfloat16", "float16"]
     assert w["sample_rate"][0] == ["16000", "22050", "24000", "44100", "48000"]
     assert w["sample_rate"][1]["default"] == "24000"

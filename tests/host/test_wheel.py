@@ -57,6 +57,7 @@ def test_wheel_contains_everything_and_works(repo, tmp_path):
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["mizuoto"] == str(site / "mizuoto")
-    assert result["engines"] == ["dummy"] and result["samples"] > 1000
-    assert result["nodes"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak"]
+    assert result["engines"] == ["dummy", "whisper"] and result["samples"] > 1000
+    assert result["nodes"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
+                               "MizuotoWhisperLoader", "MizuotoWhisperTranscribe"]
     assert result["web"]

@@ -9,7 +9,7 @@ import pytest
 from mizuoto import engines
 
 WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
-CORE_NODES = {"PreviewAudio", "SaveAudio"}  # ComfyUI's own, not ours
+CORE_NODES = {"PreviewAudio", "SaveAudio", "LoadAudio", "PreviewAny"}  # ComfyUI's own, not ours
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +49,11 @@ def test_api_workflow_inputs_are_declared_and_allowed(mappings, engine_id):
             kind = declared[name][0]
             if isinstance(value, list):  # a link: [node id, output slot]
                 assert value[0] in graph
-            elif isinstance(kind, list):
+            elif isinstance(kind, list) and name != "model":  # checkpoints are the user's files
                 assert value in kind, (node_id, name, value)
 
 
-@pytest.mark.parametrize("engine_id", engines.ids())
+@pytest.mark.parametrize("engine_id", [i for i, spec in engines.all_engines().items() if spec.builtin_weights])
 def test_api_workflow_runs_on_the_node_classes(mappings, engine_id):
     graph = json.loads((WORKFLOWS / "api" / f"{engine_id}.json").read_text())
     outputs = {}

@@ -1,0 +1,77 @@
+"""Loading and transcribing for the Whisper engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy
+import torch
+
+from mizuoto.core.errors import InputError
+from mizuoto.core.options import RuntimeOptions
+from mizuoto.host.handles import ModelHandle
+from mizuoto.runtime.context import RequestContext
+
+from . import checkpoint
+from .audio import SAMPLE_RATE
+from .model import Whisper
+
+
+@dataclass
+class WhisperLoaded:
+    model: Whisper
+    source: str
+    handle: ModelHandle
+    options: RuntimeOptions
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.decoder.token_embedding.weight.device
+
+
+def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
+         options: RuntimeOptions) -> WhisperLoaded:
+    if source is None:
+        raise InputError("Whisper needs a checkpoint: an openai .pt file or a Hugging Face folder")
+    model = checkpoint.load(source, device=device, dtype=dtype)
+    return WhisperLoaded(model, str(source), ModelHandle(model, device), options)
+
+
+def rebind(previous: WhisperLoaded, options: RuntimeOptions) -> WhisperLoaded:
+    """The same weights under other runtime options: nothing reloads."""
+    return WhisperLoaded(previous.model, previous.source, previous.handle, options)
+
+
+def to_options(params: dict) -> dict:
+    """Node/CLI parameters -> transcribe()'s keyword arguments, with openai-whisper's CLI semantics:
+    a temperature list grows from `temperature` by `temperature_increment_on_fallback`; 0 means off for
+    beam_size, best_of and patience; "auto" language means detect it."""
+    p = dict(params)
+    increment = p.pop("temperature_increment_on_fallback")
+    start = p.pop("temperature")
+    # numpy's float64 arange, as openai-whisper's CLI builds it: float32 steps would change the logits.
+    temperature = tuple(numpy.arange(start, 1.0 + 1e-6, increment)) if increment and increment > 0 else start
+    options = {"temperature": temperature, "language": None if p["language"] == "auto" else p["language"]}
+    for name in ("beam_size", "best_of", "patience", "length_penalty"):
+        options[name] = p[name] or None
+    for name in ("task", "initial_prompt", "condition_on_previous_text", "compression_ratio_threshold",
+                 "logprob_threshold", "no_speech_threshold", "word_timestamps"):
+        options[name] = p[name]
+    options["initial_prompt"] = options["initial_prompt"] or None
+    options["fp16"] = False  # the network computes in the dtype it was loaded in
+    return options
+
+
+def transcribe(loaded: WhisperLoaded, audio: torch.Tensor, ctx: RequestContext, params: dict) -> dict:
+    """16 kHz mono float32 audio -> openai-whisper's result dict (text, segments, language)."""
+    from .transcribe import transcribe as run
+
+    if audio.dim() != 1 or audio.shape[0] == 0:
+        raise InputError("Whisper needs mono audio with at least one sample")
+    with torch.inference_mode(), ctx.step():
+        return run(loaded.model, audio.to(torch.float32), generator=ctx.generator_for(loaded.device),
+                   progress=ctx.progress, **to_options(params))
+
+
+__all__ = ["SAMPLE_RATE", "WhisperLoaded", "load", "rebind", "to_options", "transcribe"]
