@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="WAV sample format (default: pcm16)")
     say.add_argument("--ref-audio", metavar="FILE.wav", help="reference voice recording (engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
+    say.add_argument("--transcriber", metavar="PATH", help="Whisper checkpoint that transcribes the reference "
+                                                            "when --ref-text is not given (engines that read it)")
     say.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
     _add_engine_params(say.add_argument_group("engine parameters"), SPEAK)
 
@@ -130,7 +132,9 @@ def cmd_say(args) -> int:
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
     reference = wav.read(args.ref_audio) if args.ref_audio else None
-    speech = speak(loaded, args.text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text)
+    transcriber = load_model("whisper", args.transcriber, device=args.device) if args.transcriber else None
+    speech = speak(loaded, args.text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
+                   transcriber=transcriber)
     wav.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0

@@ -77,9 +77,12 @@ def make_speaker(spec: EngineSpec) -> type:
             if spec.reference.transcript:
                 optional["reference_text"] = ("STRING", {"multiline": True, "default": "",
                                                          "tooltip": "what the reference audio says"})
+                optional["transcriber"] = (MODEL, {"tooltip": "a Whisper Loader's model: transcribes the "
+                                                              "reference when reference_text is empty"})
         return {"required": required, "optional": optional, "hidden": {"unique_id": "UNIQUE_ID"}}
 
-    def generate(self, model, text, seed, unique_id=None, reference_audio=None, reference_text=None, **params):
+    def generate(self, model, text, seed, unique_id=None, reference_audio=None, reference_text=None,
+                 transcriber=None, **params):
         if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
             got = model.spec.display_name if isinstance(model, LoadedModel) else type(model).__name__
             raise InputError(f"this {spec.display_name} Speak node got a {got} model; connect a "
@@ -89,7 +92,8 @@ def make_speaker(spec: EngineSpec) -> type:
         reference = None
         if reference_audio is not None:
             reference = (reference_audio["waveform"], int(reference_audio["sample_rate"]))
-        speech = speak(model, text, params=params, ctx=ctx, reference=reference, reference_text=reference_text)
+        speech = speak(model, text, params=params, ctx=ctx, reference=reference, reference_text=reference_text,
+                       transcriber=transcriber)
         report = json.dumps(speech.report, indent=2)
         # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
         return {"ui": {"report": [report]},

@@ -171,9 +171,11 @@ def reference_pitch(mono: torch.Tensor, sample_rate: int) -> float:
 
 
 def speak(loaded: DummyLoaded, text: str, ctx: RequestContext, params: dict,
-          reference: tuple[torch.Tensor, int] | None = None) -> tuple[torch.Tensor, int]:
+          reference: tuple[torch.Tensor, int] | None = None,
+          reference_text: str | None = None) -> tuple[torch.Tensor, int]:
     """Text -> (waveform (channels, samples) float32 on the CPU, sample rate). With a reference
-    recording, the dummy hums around the recording's pitch."""
+    recording, the dummy hums around the recording's pitch (it reads no transcript: `reference_text`
+    is accepted so that tests can declare a transcript-reading variant of it)."""
     (states,) = text_states(loaded, [text], ctx)
     codes = decode_codes(loaded, states, ctx, params)
     model = loaded.model

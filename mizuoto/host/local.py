@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,10 +110,13 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
 
 def speak(loaded: LoadedModel, text: str, seed: int | None = None,
           params: dict[str, Any] | None = None, ctx: RequestContext | None = None,
-          reference: tuple[Any, int] | None = None, reference_text: str | None = None) -> Speech:
+          reference: tuple[Any, int] | None = None, reference_text: str | None = None,
+          transcriber: LoadedModel | None = None) -> Speech:
     """Generate speech for `text`; `seed` fixes every random draw of the request.
 
-    `reference` is (waveform, sample rate) of a voice recording, for engines that take one.
+    `reference` is (waveform, sample rate) of a voice recording, for engines that take one. Engines
+    that read its transcript get `reference_text`; when that is empty, `transcriber` (a Whisper
+    model) transcribes the recording, once per recording and model.
     """
     values = loaded.spec.check_speak_params(params)
     extra = {}
@@ -121,7 +125,12 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
             raise InputError(f"engine {loaded.spec.id} takes no reference audio; disconnect it")
         extra["reference"] = (loaded.spec.reference.check(*reference), reference[1])
         if loaded.spec.reference.transcript:
-            extra["reference_text"] = reference_text or ""
+            if not (reference_text or "").strip():
+                if transcriber is None:
+                    raise InputError(f"{loaded.spec.display_name} needs the reference audio's transcript: type "
+                                     f"it, or connect a Whisper model to transcribe it")
+                reference_text = reference_transcript(transcriber, *reference)
+            extra["reference_text"] = reference_text
     comfy.ensure_loaded(loaded.patcher)
     ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
     run = Run(ctx.seed, loaded.policy.name, ctx.accel)
@@ -173,6 +182,31 @@ def transcribe(loaded: LoadedModel, waveform, sample_rate: int, params: dict[str
                         "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else None,
                         "warnings": run.warnings}
     return result
+
+
+_transcripts: "OrderedDict[tuple, str]" = OrderedDict()
+TRANSCRIPTS_KEPT = 64
+
+
+def reference_transcript(transcriber: LoadedModel, waveform, sample_rate: int) -> str:
+    """The text of a reference recording, transcribed with `transcriber` once and remembered (by the
+    model and the recording's exact samples), so a workflow re-run does not transcribe it again."""
+    import hashlib
+
+    import torch
+
+    samples = torch.as_tensor(waveform, dtype=torch.float32).contiguous()
+    digest = hashlib.sha256(samples.numpy().tobytes()).hexdigest()
+    key = (transcriber.info.source, transcriber.info.device, digest, int(sample_rate))
+    text = _transcripts.get(key)
+    if text is None:
+        result = transcribe(transcriber, samples, sample_rate, seed=0)
+        text = _transcripts[key] = result["text"].strip()
+        while len(_transcripts) > TRANSCRIPTS_KEPT:
+            _transcripts.popitem(last=False)
+    else:
+        _transcripts.move_to_end(key)
+    return text
 
 
 def _mono_at(waveform, sample_rate: int, rate: int):

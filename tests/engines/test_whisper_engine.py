@@ -143,3 +143,36 @@ def test_transcribe_node(tiny):
     want = whisper.transcribe(model, audio, **upstream_cli_defaults())
     assert text == want["text"].strip() and language == want["language"]
     assert json.loads(segments) == json.loads(json.dumps(want["segments"]))
+
+
+def test_empty_reference_transcript_is_transcribed_once(tiny, monkeypatch):
+    """An engine that reads the reference's transcript gets Whisper's text when none was typed; the
+    same recording is transcribed once."""
+    import dataclasses
+
+    from mizuoto.engines.spec import Reference
+    from mizuoto.host import local, speak
+
+    model, path = tiny
+    voice = load_model("dummy", device="cpu")
+    voice.spec = dataclasses.replace(voice.spec, reference=Reference(0.5, 30.0, transcript=True))
+    whisper_model = load_model("whisper", path, device="cpu")
+    audio = torch.from_numpy(speechlike(2.0, seed=8))[None]
+    seen, calls = [], []
+    original_speak, original_transcribe = voice.spec.implementation_module().speak, local.transcribe
+
+    def recording_speak(state, text, ctx, params, reference=None, reference_text=None):
+        seen.append(reference_text)
+        return original_speak(state, text, ctx, params, reference=reference)
+
+    monkeypatch.setattr(voice.spec.implementation_module(), "speak", recording_speak)
+    monkeypatch.setattr(local, "transcribe", lambda *a, **k: calls.append(1) or original_transcribe(*a, **k))
+    monkeypatch.setattr(local, "_transcripts", type(local._transcripts)())
+    speak(voice, "hello", seed=1, reference=(audio, 16000), transcriber=whisper_model)
+    speak(voice, "again", seed=1, reference=(audio, 16000), transcriber=whisper_model)
+    speak(voice, "typed", seed=1, reference=(audio, 16000), reference_text="a typed transcript")
+    torch.manual_seed(0)
+    want = whisper.transcribe(model, audio[0].numpy(), **upstream_cli_defaults())["text"].strip()
+    assert seen == [want, want, "a typed transcript"] and len(calls) == 1
+    with pytest.raises(InputError, match="needs the reference audio's transcript: type it, or connect a Whisper"):
+        speak(voice, "no transcript", seed=1, reference=(audio, 16000))

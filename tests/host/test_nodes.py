@@ -228,3 +228,17 @@ def test_changing_the_policy_does_not_reload_the_weights(pack, loader):
     assert math_.state.options.cuda_graphs is False and auto.state.options.cuda_graphs is True
     (other_rate,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="16000")
     assert other_rate.state.model is not auto.state.model  # a load option the weights depend on: reloaded
+
+
+def test_speak_nodes_of_transcript_reading_engines_take_a_transcriber(pack):
+    import dataclasses
+    from importlib import import_module
+
+    from mizuoto import engines
+    from mizuoto.engines.spec import Reference
+
+    factory = import_module("mizuoto_pack_under_test.nodes.engine_nodes")
+    reading = dataclasses.replace(engines.get("dummy"), reference=Reference(0.5, 30.0, transcript=True))
+    optional = factory.make_speaker(reading).INPUT_TYPES()["optional"]
+    assert optional["reference_text"][0] == "STRING" and optional["transcriber"][0] == "MIZUOTO_MODEL"
+    assert "transcriber" not in factory.make_speaker(engines.get("dummy")).INPUT_TYPES()["optional"]

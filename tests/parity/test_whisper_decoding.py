@@ -9,6 +9,7 @@ encoder convolutions and cross attention make the two test audio decode differen
 """
 
 import math
+import zlib
 
 import pytest
 import torch
@@ -211,3 +212,94 @@ def test_compression_ratio_is_upstreams():
     for text in ("", "a", "hello hello hello hello", "ééé — 日本語"):
         if text:
             assert decoding.compression_ratio(text) == whisper.utils.compression_ratio(text)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A scripted "model" for the search bookkeeping: its logits are a fixed function of each row's whole
+# token history, so both implementations see the same numbers for the same prefixes, and the weights
+# can make many beams end at once, or run until the text context is full.
+
+
+class ScriptedDecoder:
+    """Both caches keep each row's token history: upstream's dict (under the blocks' key and value
+    modules, which its beam search reorders) and ours (an object with length, reorder and cross)."""
+
+    def __init__(self, favoured: torch.Tensor, scale: float, eot_bias: float, vocab: int):
+        key, value = torch.nn.Identity(), torch.nn.Identity()
+        self.blocks = [type("Block", (), {"attn": type("Attn", (), {"key": key, "value": value})()})()]
+        self.token_embedding = torch.nn.Embedding(1, 1)
+        self.favoured, self.scale, self.eot_bias, self.vocab = favoured, scale, eot_bias, vocab
+
+    def logits_of(self, history: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for row in history.tolist():
+            generator = torch.Generator().manual_seed(zlib.crc32(str(row).encode()))
+            logits = torch.full((self.vocab,), -8.0)
+            logits[self.favoured] = torch.randn(len(self.favoured), generator=generator) * self.scale
+            logits[EOT] += self.eot_bias
+            rows.append(logits)
+        return torch.stack(rows)
+
+    def new_cache(self, batch, capacity=None):
+        return ScriptedCache()
+
+    def __call__(self, tokens, audio, cache=None, kv_cache=None):
+        if kv_cache is not None:  # upstream
+            key = self.blocks[0].attn.key
+            history = tokens if key not in kv_cache else torch.cat([kv_cache[key], tokens], dim=1)
+            kv_cache[key] = kv_cache[self.blocks[0].attn.value] = history
+        else:
+            history = tokens if cache.history is None else torch.cat([cache.history, tokens], dim=1)
+            cache.history, cache.length = history, history.shape[1]
+        n = tokens.shape[1]
+        return torch.stack([self.logits_of(history[:, : history.shape[1] - n + i + 1]) for i in range(n)], dim=1)
+
+
+class ScriptedCache:
+    def __init__(self):
+        self.history, self.length, self.cross = None, 0, None
+
+    def reorder(self, order):
+        self.history = self.history[order]
+
+
+class ScriptedModel:
+    is_multilingual, num_languages = True, 99
+
+    def __init__(self, **kwargs):
+        self.dims = whisper.model.ModelDimensions(**dict(DIMS, n_audio_state=1))
+        self.decoder = ScriptedDecoder(vocab=DIMS["n_vocab"], **kwargs)
+
+    def install_kv_cache_hooks(self):
+        return {}, []
+
+
+EOT = 50257
+
+
+def scripted(seed: int, scale: float, eot_bias: float, timestamps: int = 40) -> ScriptedModel:
+    generator = torch.Generator().manual_seed(seed)
+    text = torch.randint(220, 5000, (24,), generator=generator)
+    stamps = 50364 + torch.randint(0, 200, (timestamps,), generator=generator)
+    favoured = torch.cat([text, torch.tensor([EOT, 50362]), stamps]).unique()  # 50362: <|nospeech|>
+    return ScriptedModel(favoured=favoured, scale=scale, eot_bias=eot_bias)
+
+
+SCRIPTED = {
+    # name: (model seed, scale, end-of-text bias, options, audio, sampling seed)
+    "beams-end-together": (1, 1.0, 2.0, {"beam_size": 4, "patience": 1.5, "language": "en"}, 2, None),
+    "beams-end-together-penalty": (2, 1.0, 1.5, {"beam_size": 5, "length_penalty": 0.3, "language": "de"}, 1, None),
+    "beams-fill-context": (3, 2.0, -30.0, {"beam_size": 2, "language": "en", "without_timestamps": True,
+                                           "prompt": list(range(300, 600))}, 1, None),
+    "greedy-fills-context": (4, 2.0, -30.0, {"language": "en", "prompt": list(range(300, 600))}, 2, None),
+    "sampled-flat": (5, 0.5, 0.0, {"temperature": 1.0, "best_of": 4, "language": "en", "sample_len": 40}, 1, 7),
+}
+
+
+@pytest.mark.parametrize("case", list(SCRIPTED))
+def test_search_bookkeeping_matches_upstream(case):
+    seed, scale, eot_bias, options, n_audio, sample_seed = SCRIPTED[case]
+    model = scripted(seed, scale, eot_bias)
+    features = torch.zeros(n_audio, DIMS["n_audio_ctx"], 1)
+    assert_same(ours_decode(model, features, options, sample_seed),
+                upstream_decode(model, features, options, sample_seed))
