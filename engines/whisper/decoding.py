@@ -24,11 +24,20 @@ Where we differ from upstream's code, the results do not:
   attention gets n_audio rows of audio for n_audio * n_group rows of text and raises; openai/whisper
   PRs #2197, #2389). Here each audio is then decoded on its own, exactly as upstream decodes one audio,
   one after the other (drawing from the generator in that order).
-- Bad options raise `InputError` (a ValueError) with upstream's messages, also where upstream asserts.
+- Beam search reorders only the self-attention cache, as upstream's rearrange_kv_cache: the audio's
+  cross-attention keys and values (one row per audio, broadcast over its beams as upstream does, which
+  is also what makes the attention bit-identical to upstream's) are set aside around
+  `DecoderCache.reorder`.
+- Bad options raise `InputError` (a ValueError) with upstream's messages, also where upstream asserts;
+  `suppress_tokens` takes any iterable of ids (upstream asserts a list, and extends the caller's list in
+  place, which we do not).
+- `detect_language`'s dicts list the languages in token order (upstream's order follows set iteration,
+  which varies with the hash seed); the dicts compare equal.
 """
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,13 +54,21 @@ from .tokenizer import Tokenizer, get_tokenizer
 
 NEG_INF = -float("inf")
 
-__all__ = ["DecodingOptions", "DecodingResult", "compression_ratio", "decode", "detect_language"]
+__all__ = ["DecodingOptions", "DecodingResult", "categorical_probs", "compression_ratio", "decode", "detect_language"]
 
 
 def compression_ratio(text: str) -> float:
     """Bytes of the UTF-8 text over bytes of its zlib stream (default level), as upstream's utils."""
     data = text.encode("utf-8")
     return len(data) / len(zlib.compress(data))
+
+
+def categorical_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`Categorical(logits=logits / temperature).probs`, bit for bit: the scaled logits less their
+    logsumexp, then softmax (not the same bits as a softmax of the scaled logits). A row that
+    Categorical's argument check rejects comes out all nan."""
+    scaled = logits / temperature
+    return F.softmax(scaled - scaled.logsumexp(dim=-1, keepdim=True), dim=-1)
 
 
 def _features(model, mel: torch.Tensor) -> torch.Tensor:
@@ -369,10 +386,7 @@ class _Task:
             if temperature == 0:
                 chosen = logits.argmax(dim=-1)
             else:
-                # torch.distributions.Categorical(logits=logits / T): normalised, softmax, one multinomial
-                scaled = logits / temperature
-                normalised = scaled - scaled.logsumexp(dim=-1, keepdim=True)
-                drawn, invalid = multinomial1(F.softmax(normalised, dim=-1), self.generator)
+                drawn, invalid = multinomial1(categorical_probs(logits, temperature), self.generator)
                 chosen, invalid = drawn[:, 0], invalid.any()  # rows Categorical would reject (nan)
             logprobs = F.log_softmax(logits.float(), dim=-1)
             current = logprobs.gather(1, chosen[:, None])[:, 0]
@@ -407,14 +421,16 @@ class _Task:
         rows = tokens.shape[0]
         n_audio = rows // beam
         cache = self.model.decoder.new_cache(rows)
-        sums = torch.zeros(rows)  # float32 on the host: upstream's additions, in the same precision
+        sums = np.zeros(rows, dtype=np.float32)  # on the host; upstream's float32 additions, bit for bit
         no_speech: list[torch.Tensor] = []
         sequences = tokens.tolist()
         finished_all: list[dict[tuple[int, ...], float]] = [{} for _ in range(n_audio)]
         for step in range(self.sample_len):
             logits = self._logits(tokens, audio, cache, step, no_speech)
             top = F.log_softmax(logits.float(), dim=-1).topk(beam + 1)
-            values, indices = top.values.cpu(), top.indices.cpu()  # the step's one wait
+            # the step's one wait: values (their float32 bits) and ids in one transfer
+            packed = torch.cat([top.values.view(torch.int32), top.indices.to(torch.int32)], dim=1).cpu().numpy()
+            values, indices = packed[:, :beam + 1].view(np.float32), packed[:, beam + 1:]
             scores_all = (sums[:, None] + values).tolist()
             indices = indices.tolist()
 
@@ -442,7 +458,7 @@ class _Task:
                 newly_finished.append(finished)
 
             sequences = next_sequences
-            sums = torch.tensor(next_sums, dtype=torch.float32)
+            sums = np.array(next_sums, dtype=np.float32)
             tokens = torch.tensor(sequences, device=tokens.device)
             if sources != list(range(len(sources))):
                 _reorder_self_attention(cache, sources, audio.device)
@@ -458,7 +474,7 @@ class _Task:
         sums = sums.reshape(n_audio, beam)
         for i, kept in enumerate(finished_all):
             if len(kept) < beam:
-                for j in list(np.argsort(sums[i].numpy()))[::-1]:
+                for j in list(np.argsort(sums[i]))[::-1]:
                     kept[(*sequences[i * beam + j], eot)] = sums[i][j].item()
                     if len(kept) >= beam:
                         break
@@ -470,12 +486,14 @@ class _Task:
 
 def _rank(candidates: list[list[int]], sums: list[float], length_penalty: float | None) -> int:
     """upstream's MaximumLikelihoodRanker: the best summed log probability over the length (or over
-    Google NMT's ((5 + length) / 6) ** alpha); the first on ties."""
+    Google NMT's ((5 + length) / 6) ** alpha); the first on ties. An empty candidate (an end of text
+    first, possible with suppress_blank=False) ranks last under length normalisation, where upstream
+    divides by zero and raises."""
     scores = []
     for ids, total in zip(candidates, sums, strict=True):
         length = len(ids)
         penalty = length if length_penalty is None else ((5 + length) / 6) ** length_penalty
-        scores.append(total / penalty)
+        scores.append(total / penalty if penalty else -math.inf)
     return int(np.argmax(scores))
 
 

@@ -65,8 +65,8 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000) -> torch
 
 
 def heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
-    """(B, T, state) -> (B, H, T, state / H), as a view."""
-    return x.view(*x.shape[:2], n_head, -1).permute(0, 2, 1, 3)
+    """(B, T, state) -> (B, H, T, state / H), as a view; already split tensors pass through."""
+    return x if x.dim() == 4 else x.view(*x.shape[:2], n_head, -1).permute(0, 2, 1, 3)
 
 
 class Attention(nn.Module):
@@ -193,7 +193,10 @@ class TextDecoder(nn.Module):
         offset, n = cache.length, tokens.shape[-1]
         x = (self.token_embedding(tokens) + self.positional_embedding[offset: offset + n]).to(audio.dtype)
         if cache.cross is None:
-            cache.cross = [(b.cross_attn.key(audio), b.cross_attn.value(audio)) for b in self.blocks]
+            # The audio's keys and values, split into heads once and laid out per head: read at every
+            # step, a strided view would be gathered by the kernel every time (same values, same sums).
+            cache.cross = [(heads(b.cross_attn.key(audio), b.cross_attn.n_head).contiguous(),
+                            heads(b.cross_attn.value(audio), b.cross_attn.n_head).contiguous()) for b in self.blocks]
         # upstream: is_causal for a multi-token call (always on an empty cache), none for a one-token step
         causal = n > 1
         info = MaskInfo.full(tokens.shape[0], offset + n, device=tokens.device, causal=True)
