@@ -354,6 +354,7 @@ def test_one_host_read_per_step(models, mel, options):
         options = decoding.DecodingOptions(language="en", sample_len=steps, **options)
         result = decoding.decode(ours, features[0], options, generator=torch.Generator().manual_seed(0))
     assert len(result.tokens) >= 1
+    print("READS", reads.count, result.tokens)
     assert reads.count <= steps + 4, reads.count
 
 
