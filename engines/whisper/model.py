@@ -160,11 +160,12 @@ class DecoderCache:
         return self.k[layer][:, :end], self.v[layer][:, :end]
 
     def reorder(self, order: torch.Tensor) -> None:
-        """Keep the rows `order` picks (beam search), as upstream's rearrange_kv_cache does."""
-        self.k = [k[order] for k in self.k]
-        self.v = [v[order] for v in self.v]
-        if self.cross is not None and order.shape[0] != self.cross[0][0].shape[0]:
-            self.cross = [(k[order], v[order]) for k, v in self.cross]
+        """Keep the rows `order` picks (beam search), as upstream's rearrange_kv_cache does for the
+        self-attention keys; only the filled positions are copied, into the same buffers. The audio's
+        cross-attention keys are the same for every beam of an audio and are left as they are."""
+        n = self.length
+        for buffer in (*self.k, *self.v):
+            buffer[:, :n] = buffer[order, :n]
 
 
 class TextDecoder(nn.Module):

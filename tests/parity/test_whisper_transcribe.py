@@ -43,7 +43,12 @@ WORDS = ("the of and to in is you that it he was for on are as with his they at 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """Both sides at one intra-op thread (exact and fast for this model)."""
+    """Both sides at one intra-op thread (exact and fast for this model). Upstream's DTW is compiled
+    first: numba's first compilation resets torch's intra-op thread count (to the core count here),
+    which would leave upstream's later windows at another thread count than ours."""
+    import whisper.timing
+
+    whisper.timing.dtw_cpu(np.ones((2, 3), dtype=np.float32))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
