@@ -25,6 +25,9 @@ Where we differ from upstream's code, the results do not:
   after windows skipped as silence or hallucination, where upstream's bar does not move):
   done_frames is how far the window start has moved, at most total_frames, the mel frames of the
   audio. A host can raise from it to stop between windows.
+- The one difference in results: a clip (`clip_timestamps`) that ends after the audio ends with the
+  audio, where upstream decodes windows of zero or negative length and may never finish. Clips
+  within the audio are upstream's.
 - Bad options raise `InputError` (a ValueError) where upstream fails with an assertion or a bare
   ValueError.
 """
@@ -99,7 +102,9 @@ def _clips(clip_timestamps: str | Sequence[float], content_frames: int) -> list[
     points = [round(s * FRAMES_PER_SECOND) for s in seconds] or [0]
     if len(points) % 2:
         points.append(content_frames)
-    return list(zip(points[0::2], points[1::2], strict=True))
+    # Ends past the audio are cut to it: upstream decodes its padding there with windows of zero or
+    # negative length, whose seek can stall or move backwards (it may never finish).
+    return [(start, min(end, content_frames)) for start, end in zip(points[0::2], points[1::2], strict=True)]
 
 
 # -- hallucination heuristics (word timestamps) ----------------------------------------------------

@@ -27,6 +27,9 @@ from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.engines.whisper import checkpoint  # noqa: E402
 from mizuoto.engines.whisper.transcribe import format_timestamp, transcribe  # noqa: E402
 
+# upstream's beam search hands a tensor to np.argsort
+pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context:DeprecationWarning")
+
 DIMS = dict(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=2, n_audio_layer=2, n_vocab=51865,
             n_text_ctx=128, n_text_state=64, n_text_head=2, n_text_layer=2)
 WORDS = ("the of and to in is you that it he was for on are as with his they at be this have from or one had by "
@@ -48,18 +51,20 @@ def one_thread():
     which would leave upstream's later windows at another thread count than ours."""
     import whisper.timing
 
-    whisper.timing.dtw_cpu(np.ones((2, 3), dtype=np.float32))
     threads = torch.get_num_threads()
+    whisper.timing.dtw_cpu(np.ones((2, 3), dtype=np.float32))
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    tokenizer = up_get_tokenizer(True, num_languages=99, language="en", task="transcribe")
+def _build(dims: dict, path):
+    """Upstream's tiny random Whisper, shaped as the module docstring says, saved to `path`."""
+    multilingual = dims["n_vocab"] >= 51865
+    tokenizer = up_get_tokenizer(multilingual, num_languages=99, language="en" if multilingual else None,
+                                 task="transcribe" if multilingual else None)
     torch.manual_seed(0)  # tests may seed the global generator; library code never does
-    model = whisper.model.Whisper(whisper.model.ModelDimensions(**DIMS)).eval()
+    model = whisper.model.Whisper(whisper.model.ModelDimensions(**dims)).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             # randomised LayerNorms and decoder positions, as in test_whisper_model.py
@@ -87,9 +92,19 @@ def models(tmp_path_factory):
         decoder.ln.weight.neg_()
         decoder.ln.weight[0] = 0.0
         decoder.ln.bias[0] = 1.0
-    path = tmp_path_factory.mktemp("whisper") / "tiny.pt"
-    torch.save({"dims": DIMS, "model_state_dict": model.state_dict()}, path)
+    torch.save({"dims": dims, "model_state_dict": model.state_dict()}, path)
     return model, checkpoint.load(path).eval()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return _build(DIMS, tmp_path_factory.mktemp("whisper") / "tiny.pt")
+
+
+@pytest.fixture(scope="module")
+def english_models(tmp_path_factory):
+    """An English-only checkpoint (n_vocab 51864: the GPT-2 tokenizer, no language tokens)."""
+    return _build(dict(DIMS, n_vocab=51864), tmp_path_factory.mktemp("whisper") / "tiny.en.pt")
 
 
 def _audio(seconds: float, seed: int) -> np.ndarray:
@@ -145,28 +160,56 @@ def _both(models, audio, seed, **options):
     return got
 
 
+# Each case is (audio, seed, options); what it exercises besides the seek loop is noted.
 CASES = {
-    # default temperatures 0, 0.2, ... 1.0 with fallback; language detected
+    # temperatures 0, 0.2, ... 1.0: fallback on compression ratio and log probability, windows skipped as
+    # silence, prompts reset after hot windows; the language detected on the first 30 s
     "default": ("70s", 0, {}),
     "greedy": ("45s", 1, dict(temperature=0.0)),
-    "beam2-best_of2": ("45s", 2, dict(beam_size=2, best_of=2, language="en")),
-    "no-conditioning": ("70s", 3, dict(condition_on_previous_text=False, compression_ratio_threshold=2.45,
-                                       no_speech_threshold=0.5)),
+    # beams at temperature 0, two samples per hotter temperature
+    "beam2-best_of2": ("45s", 2, dict(beam_size=2, best_of=2, temperature=(0.0, 0.5, 1.0), language="en")),
+    "no-conditioning": ("70s", 3, dict(condition_on_previous_text=False)),
     "initial-prompt": ("45s", 4, dict(initial_prompt=" the name of the sound is Mizuoto, " * 3, language="en")),
     "carry-initial-prompt": ("70s", 5, dict(initial_prompt="Hello there, Mizuoto.", carry_initial_prompt=True,
                                             temperature=(0.0, 0.5, 1.0), language="English")),
     "translate": ("10s", 6, dict(language="ja", task="translate", logprob_threshold=-1.5)),
     "clips": ("45s", 7, dict(clip_timestamps="0,5,12", language="en")),
+    # timestamp tokens sampled freely (no timestamp rules): unordered and unpaired timestamps
+    "without-timestamps": ("45s", 11, dict(without_timestamps=True, temperature=0.0, language="en")),
+    # word timestamps: the next window starts after the last word; zero-length segments are emptied
     "words": ("45s", 8, dict(word_timestamps=True, language="en", logprob_threshold=None)),
-    "hallucination": ("70s", 9, dict(word_timestamps=True, hallucination_silence_threshold=1.0, language="en")),
+    # the first segment looks hallucinated after a silence: every window is dropped
+    "hallucination": ("45s", 13, dict(word_timestamps=True, hallucination_silence_threshold=1.0)),
+    # hallucinations surrounded by silence are cut off
+    "hallucination-5s": ("45s", 9, dict(word_timestamps=True, hallucination_silence_threshold=5.0, language="en")),
 }
+EMPTY = {"hallucination"}  # cases whose result has no text (both sides)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_transcribe_matches_upstream(models, audio, case):
     name, seed, options = CASES[case]
     got = _both(models, audio[name], seed, **options)
-    assert got["segments"] and got["text"].strip(), "a degenerate case: no text to compare"
+    if case in EMPTY:
+        assert got["text"] == "" and got["segments"] == []
+    else:
+        assert got["segments"] and got["text"].strip(), "a degenerate case: no text to compare"
+
+
+def test_english_only_checkpoint(english_models, audio):
+    """No language detection: English, with the GPT-2 tokenizer's special tokens."""
+    got = _both(english_models, audio["10s"], 12)
+    assert got["language"] == "en" and got["text"].strip()
+
+
+def test_verbose_output(models, audio, capsys):
+    """verbose=True prints the detected language and each segment as upstream does."""
+    model, ours = models
+    whisper.transcribe(model, audio["10s"], fp16=False, temperature=0.0, verbose=True)
+    want = capsys.readouterr().out
+    transcribe(ours, audio["10s"], temperature=0.0, verbose=True)
+    got = capsys.readouterr().out
+    assert got == want and "Detected language" in got and "-->" in got
 
 
 def test_detected_language_equals_given_language(models, audio):
@@ -194,6 +237,15 @@ def test_progress_and_interruption(models, audio):
 
     with pytest.raises(Stop):
         transcribe(ours, audio["45s"], temperature=0.0, language="en", progress=stop)
+
+
+def test_clip_past_the_end_stops_at_the_end(models, audio):
+    """Upstream decodes zero-length windows there and can loop forever; ours cuts the clip at the end."""
+    _, ours = models
+    options = dict(temperature=0.0, language="en")
+    assert transcribe(ours, audio["10s"], clip_timestamps="0,100", **options) == transcribe(ours, audio["10s"],
+                                                                                           **options)
+    assert transcribe(ours, audio["10s"], clip_timestamps="20", **options)["segments"] == []
 
 
 def test_bad_inputs(models):
