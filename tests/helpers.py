@@ -68,3 +68,27 @@ class EmulatedGraphs:
         fresh = torch.Generator()
         fresh.set_state(self.generator.get_state())
         self.generator, self.epoch = fresh, self.epoch + 1
+
+
+def tiny_upstream_whisper(dims: dict, sharpen_cross_attention: float | None = None):
+    """openai-whisper's own Whisper with random weights, its LayerNorms and decoder positions
+    randomised too (upstream starts them at one/zero and uninitialised: a wrong norm or position
+    would pass unnoticed). `sharpen_cross_attention` scales the cross-attention query and key
+    weights, so that word alignments are not near-uniform."""
+    import whisper
+
+    torch.manual_seed(0)  # tests may seed the global generator; library code never does
+    model = whisper.model.Whisper(whisper.model.ModelDimensions(**dims)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "ln" in name or name.endswith("positional_embedding"):
+                param.copy_(torch.randn_like(param) * 0.3 + (1.0 if name.endswith("ln.weight") else 0.0))
+            elif sharpen_cross_attention and name.endswith(("cross_attn.query.weight", "cross_attn.key.weight")):
+                param.mul_(sharpen_cross_attention)
+    return model
+
+
+def save_upstream_whisper(model, dims: dict, path):
+    """An openai-format .pt checkpoint of `model`."""
+    torch.save({"dims": dims, "model_state_dict": model.state_dict()}, path)
+    return path

@@ -7,6 +7,8 @@ import torch
 
 whisper = pytest.importorskip("whisper")
 
+from helpers import save_upstream_whisper, tiny_upstream_whisper  # noqa: E402
+
 from mizuoto.engines.whisper import checkpoint  # noqa: E402
 from mizuoto.engines.whisper.model import Dims  # noqa: E402
 
@@ -17,17 +19,8 @@ SOT = [50258, 50259, 50359, 50363]  # <|startoftranscript|><|en|><|transcribe|><
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
-    torch.manual_seed(0)  # tests may seed the global generator; library code never does
-    model = whisper.model.Whisper(whisper.model.ModelDimensions(**DIMS)).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            # LayerNorms start at one/zero and the decoder positions are uninitialised: randomise them,
-            # or a wrong norm or position would pass unnoticed.
-            if "ln" in name or name.endswith("positional_embedding"):
-                param.copy_(torch.randn_like(param) * 0.3 + (1.0 if name.endswith("ln.weight") else 0.0))
-    path = tmp_path_factory.mktemp("whisper") / "tiny.pt"
-    torch.save({"dims": DIMS, "model_state_dict": model.state_dict()}, path)
-    return model, path
+    model = tiny_upstream_whisper(DIMS)
+    return model, save_upstream_whisper(model, DIMS, tmp_path_factory.mktemp("whisper") / "tiny.pt")
 
 
 def test_pt_checkpoint_loads_and_encoder_matches(upstream):

@@ -15,6 +15,7 @@ whisper = pytest.importorskip("whisper")
 pytest.importorskip("numba")  # upstream's DTW
 
 import whisper.timing as up  # noqa: E402
+from helpers import tiny_upstream_whisper  # noqa: E402
 from whisper.tokenizer import get_tokenizer as up_get_tokenizer  # noqa: E402
 
 from mizuoto.engines.whisper import alignment_heads as heads_module  # noqa: E402
@@ -32,16 +33,7 @@ TEXTS = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    torch.manual_seed(0)  # tests may seed the global generator; library code never does
-    model = whisper.model.Whisper(whisper.model.ModelDimensions(**DIMS)).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            # randomised LayerNorms and decoder positions, as in test_whisper_model.py
-            if "ln" in name or name.endswith("positional_embedding"):
-                param.copy_(torch.randn_like(param) * 0.3 + (1.0 if name.endswith("ln.weight") else 0.0))
-            elif name.endswith("cross_attn.query.weight") or name.endswith("cross_attn.key.weight"):
-                # sharper cross-attention than the default init, so the DTW path is not near-uniform
-                param.mul_(8.0)
+    model = tiny_upstream_whisper(DIMS, sharpen_cross_attention=8.0)
     path = tmp_path_factory.mktemp("whisper") / "tiny.pt"
     torch.save({"dims": DIMS, "model_state_dict": model.state_dict()}, path)
     return model, checkpoint.load(path).eval()
