@@ -93,20 +93,20 @@ def rebind(previous: DummyLoaded, options: RuntimeOptions) -> DummyLoaded:
                    steps=previous.steps if options.cuda_graphs == previous.options.cuda_graphs else None)
 
 
-def batch_ids(texts: list[str], config: DummyConfig, device) -> tuple[torch.Tensor, bool]:
-    """Encode texts into one right-padded (B, L) id tensor, and whether any row is padded."""
+def batch_ids(texts: list[str], config: DummyConfig, device) -> tuple[torch.Tensor, list[int]]:
+    """Encode texts into one right-padded (B, L) id tensor, and each text's length in ids."""
     encoded = [encode(t, config) for t in texts]
     width = max(len(ids) for ids in encoded)
-    padded = any(len(ids) < width for ids in encoded)
-    return torch.tensor([ids + [PAD] * (width - len(ids)) for ids in encoded], device=device), padded
+    return (torch.tensor([ids + [PAD] * (width - len(ids)) for ids in encoded], device=device),
+            [len(ids) for ids in encoded])
 
 
 def text_states(loaded: DummyLoaded, texts: list[str], ctx: RequestContext) -> list[torch.Tensor]:
     """The encoder's states for each text (padding removed)."""
-    ids, padded = batch_ids(texts, loaded.config, loaded.device)
+    ids, lengths = batch_ids(texts, loaded.config, loaded.device)
+    padded = min(lengths) < ids.shape[1]
     with torch.inference_mode(), ctx.step():
         states = (loaded.encoder or loaded.model.encoder)(ids, padded)
-    lengths = [len(encode(t, loaded.config)) for t in texts]
     return [states[i, :n] for i, n in enumerate(lengths)]
 
 
