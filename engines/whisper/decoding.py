@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -50,6 +51,7 @@ from mizuoto.core.errors import InputError
 from mizuoto.runtime.sampling import multinomial1
 
 from .audio import CHUNK_LENGTH
+from .steps import DecoderSteps
 from .tokenizer import Tokenizer, get_tokenizer
 
 NEG_INF = -float("inf")
@@ -253,8 +255,11 @@ def _reorder_self_attention(cache, order: list[int], device) -> None:
 
 
 class _Task:
-    def __init__(self, model, options: DecodingOptions, generator: torch.Generator | None):
+    def __init__(self, model, options: DecodingOptions, generator: torch.Generator | None,
+                 steps: DecoderSteps | None = None, scope: Callable[[], AbstractContextManager] | None = None):
         self.model = model
+        self.steps = steps or DecoderSteps(model.decoder)
+        self.scope = scope or nullcontext
         self.options = options = _verify(options)
         self.generator = generator
         self.tokenizer = tokenizer = get_tokenizer(model.is_multilingual, num_languages=model.num_languages,
@@ -363,8 +368,10 @@ class _Task:
 
     def _logits(self, tokens, audio, cache, step: int, no_speech: list):
         """The filtered logits of the last position; at the first step also the no-speech probability
-        at the start-of-transcript position (left on the device)."""
-        logits = self.model.decoder(tokens if step == 0 else tokens[:, -1:], audio, cache)
+        at the start-of-transcript position (left on the device). The first step runs the initial
+        tokens through the decoder; the next ones run one token each through the step (its graphs)."""
+        with self.scope():
+            logits = self.model.decoder(tokens, audio, cache) if step == 0 else self.steps(tokens[:, -1:], cache)
         if step == 0 and self.tokenizer.no_speech is not None:
             no_speech.append(logits[:, self.sot_index].float().softmax(dim=-1)[:, self.tokenizer.no_speech])
         logits = logits[:, -1]
@@ -511,14 +518,19 @@ def _verify(options: DecodingOptions) -> DecodingOptions:
 
 @torch.no_grad()
 def decode(model, mel: torch.Tensor, options: DecodingOptions = DecodingOptions(),
-           generator: torch.Generator | None = None, **kwargs) -> DecodingResult | list[DecodingResult]:
+           generator: torch.Generator | None = None, *, steps: DecoderSteps | None = None,
+           step_scope: Callable[[], AbstractContextManager] | None = None,
+           **kwargs) -> DecodingResult | list[DecodingResult]:
     """Decode 30-second window(s): `mel` (n_mels, 3000) gives one DecodingResult, (n_audio, n_mels, 3000)
     a list. `mel` may be encoded audio features instead. Keyword arguments replace fields of `options`.
-    `generator` supplies the draws when temperature > 0 (the default generator when None)."""
+    `generator` supplies the draws when temperature > 0 (the default generator when None).
+    `steps`: the decoder's one-token step kept with the model (its CUDA graphs); None runs it eagerly.
+    `step_scope()` is entered around every decoder call: a host binds its attention policy and checks
+    for cancellation there."""
     single = mel.ndim == 2
     if single:
         mel = mel.unsqueeze(0)
     if kwargs:
         options = replace(options, **kwargs)
-    results = _Task(model, options, generator).run(mel)
+    results = _Task(model, options, generator, steps, step_scope).run(mel)
     return results[0] if single else results

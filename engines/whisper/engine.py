@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy
@@ -16,6 +16,7 @@ from mizuoto.runtime.context import RequestContext
 from . import checkpoint
 from .audio import SAMPLE_RATE
 from .model import Whisper
+from .steps import DecoderSteps
 
 
 @dataclass
@@ -24,6 +25,7 @@ class WhisperLoaded:
     source: str
     handle: ModelHandle
     options: RuntimeOptions
+    steps: DecoderSteps | None = None  # the decoder's one-token step, with its CUDA graphs when used
 
     @property
     def device(self) -> torch.device:
@@ -39,8 +41,20 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
 
 
 def rebind(previous: WhisperLoaded, options: RuntimeOptions) -> WhisperLoaded:
-    """The same weights under other runtime options: nothing reloads."""
-    return WhisperLoaded(previous.model, previous.source, previous.handle, options)
+    """The same weights under other runtime options: nothing reloads; the weights' handle (and so
+    their CUDA graphs) is shared."""
+    return replace(previous, options=options,
+                   steps=previous.steps if options.cuda_graphs == previous.options.cuda_graphs else None)
+
+
+def decode_steps(loaded: WhisperLoaded) -> DecoderSteps:
+    """The decoder's one-token step: CUDA graphs of everything but attention when they are usable for
+    this model now (kept on the loaded model across requests and windows), else the same segments
+    eagerly."""
+    graphs = loaded.handle.graphs_for(loaded.options.cuda_graphs)
+    if loaded.steps is None or loaded.steps.graphs is not graphs:
+        loaded.steps = DecoderSteps(loaded.model.decoder, graphs)
+    return loaded.steps
 
 
 def to_options(params: dict) -> dict:
@@ -69,9 +83,11 @@ def transcribe(loaded: WhisperLoaded, audio: torch.Tensor, ctx: RequestContext, 
 
     if audio.dim() != 1 or audio.shape[0] == 0:
         raise InputError("Whisper needs mono audio with at least one sample")
+    # The policy is bound for the whole run (encoder, word alignment) and again around every decoder
+    # step, which is also where a cancellation is seen.
     with torch.inference_mode(), ctx.step():
         return run(loaded.model, audio.to(torch.float32), generator=ctx.generator_for(loaded.device),
-                   progress=ctx.progress, **to_options(params))
+                   progress=ctx.progress, steps=decode_steps(loaded), step_scope=ctx.step, **to_options(params))
 
 
 __all__ = ["SAMPLE_RATE", "WhisperLoaded", "load", "rebind", "to_options", "transcribe"]

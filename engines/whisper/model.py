@@ -82,9 +82,13 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, site: accel.Site, causal: bool = False, mask_info=None) -> torch.Tensor:
         """(B, T, state) projections -> output (B, T, state) through the dispatcher."""
+        return self.out(self.attend_heads(q, k, v, site, causal, mask_info))
+
+    def attend_heads(self, q, k, v, site: accel.Site, causal: bool = False, mask_info=None) -> torch.Tensor:
+        """The attention alone, heads merged back: (B, T, state) before the output projection."""
         a = accel.attention(heads(q, self.n_head), heads(k, self.n_head), heads(v, self.n_head), site=site,
                             causal=causal, mask_info=mask_info)
-        return self.out(a.permute(0, 2, 1, 3).flatten(start_dim=2))
+        return a.permute(0, 2, 1, 3).flatten(start_dim=2)
 
     def scores(self, q, k, v, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The handwritten path that also returns the pre-softmax scores (word timestamps read the

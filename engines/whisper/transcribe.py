@@ -38,6 +38,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
@@ -145,8 +146,9 @@ class _Run:
     def __init__(self, model, mel: torch.Tensor, tokenizer: Tokenizer, decode_options: dict, *,
                  temperatures: Sequence[float], compression_ratio_threshold, logprob_threshold,
                  no_speech_threshold, condition_on_previous_text: bool, initial_prompt_tokens: list[int],
-                 carry_initial_prompt: bool, generator: torch.Generator | None):
+                 carry_initial_prompt: bool, generator: torch.Generator | None, steps=None, step_scope=None):
         self.model = model
+        self.steps, self.step_scope = steps, step_scope
         self.mel = mel
         self.tokenizer = tokenizer
         self.decode_options = decode_options
@@ -197,7 +199,7 @@ class _Run:
             else:  # greedy or beam search: one candidate
                 kwargs.pop("best_of", None)
             result = decode(self.model, mel_segment, DecodingOptions(**kwargs, temperature=t),
-                            generator=self.generator)
+                            generator=self.generator, steps=self.steps, step_scope=self.step_scope)
             if not self.needs_fallback(result):
                 break
         return result
@@ -362,6 +364,8 @@ def transcribe(
     generator: torch.Generator | None = None,
     alignment_heads: torch.Tensor | None = None,
     progress: Callable[[int, int], None] | None = None,
+    steps=None,
+    step_scope: Callable[[], AbstractContextManager] | None = None,
     **decode_options,
 ) -> dict:
     """Transcribe (or translate) 16 kHz mono audio with a Whisper model, as openai-whisper does.
@@ -386,6 +390,10 @@ def transcribe(
     generator: the draws when sampling (None: torch's default generator).
     alignment_heads: the decoder heads word timestamps read (None: upstream's default heads).
     progress: `progress(done_frames, total_frames)` after each window.
+    steps: the decoder's one-token step kept with the model (`steps.DecoderSteps`, with its CUDA
+        graphs); None runs the step eagerly.
+    step_scope: entered around every decoder call (a host binds its attention policy and checks for
+        cancellation there).
     decode_options: `DecodingOptions` fields (language, task, beam_size, best_of, patience,
         length_penalty, suppress_tokens, ...); language None detects it on the first 30 s.
 
@@ -428,7 +436,7 @@ def transcribe(
                compression_ratio_threshold=compression_ratio_threshold, logprob_threshold=logprob_threshold,
                no_speech_threshold=no_speech_threshold, condition_on_previous_text=condition_on_previous_text,
                initial_prompt_tokens=initial_prompt_tokens, carry_initial_prompt=carry_initial_prompt,
-               generator=generator)
+               generator=generator, steps=steps, step_scope=step_scope)
     total = run.content_frames
 
     for clip_start, clip_end in _clips(clip_timestamps, total):

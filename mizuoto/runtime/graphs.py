@@ -363,4 +363,5 @@ def _tensors(value) -> tuple:
 
 def _copy(static, value) -> None:
     for dst, src in zip(_tensors(static), _tensors(value), strict=True):
-        dst.copy_(src)
+        if dst is not None:  # e.g. a layer whose attention reads its keys from a cache returns none
+            dst.copy_(src)

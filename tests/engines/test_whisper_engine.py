@@ -176,3 +176,27 @@ def test_empty_reference_transcript_is_transcribed_once(tiny, monkeypatch):
     assert seen == [want, want, "a typed transcript"] and len(calls) == 1
     with pytest.raises(InputError, match="needs the reference audio's transcript: type it, or connect a Whisper"):
         speak(voice, "no transcript", seed=1, reference=(audio, 16000))
+
+
+def test_transcribe_through_emulated_graphs_is_the_same_and_keeps_them(tiny, monkeypatch):
+    """The host's transcribe with the decoder step's graphs emulated on the CPU: the same result as
+    eager, the graphs captured once for the batch shape and kept with the loaded model, replayed by
+    the next request; a policy-only reload (rebind) keeps them too."""
+    from helpers import EmulatedGraphs
+
+    from mizuoto.engines.whisper import engine
+
+    _, path = tiny
+    audio = torch.from_numpy(speechlike(2.0, seed=3))
+    params = {"language": "en", "beam_size": 3, "best_of": 0, "temperature": 0.0}
+    loaded = load_model("whisper", path, device="cpu")
+    want = transcribe(loaded, audio, 16000, seed=1, params=params)
+    emulated = EmulatedGraphs()
+    monkeypatch.setattr(loaded.state.handle, "graphs_for", lambda option: emulated)
+    first = transcribe(loaded, audio, 16000, seed=1, params=params)
+    steps, captures = loaded.state.steps, emulated.captures
+    again = transcribe(loaded, audio, 16000, seed=1, params=params)
+    assert first["segments"] == want["segments"] == again["segments"]
+    assert captures == 2 * 2 + 1 and emulated.captures == captures  # beam rows: one set, then replays
+    assert loaded.state.steps is steps
+    assert engine.rebind(loaded.state, loaded.state.options).steps is steps
