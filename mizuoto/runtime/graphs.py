@@ -362,6 +362,9 @@ def _tensors(value) -> tuple:
 
 
 def _copy(static, value) -> None:
+    """Copy tensors (or nested tuples of them) into their static counterparts."""
     for dst, src in zip(_tensors(static), _tensors(value), strict=True):
-        if dst is not None:  # e.g. a layer whose attention reads its keys from a cache returns none
+        if isinstance(dst, (tuple, list)):
+            _copy(dst, src)  # e.g. a residual that carries modulations along
+        elif dst is not None:  # e.g. a layer whose attention reads its keys from a cache returns none
             dst.copy_(src)
