@@ -8,9 +8,9 @@ import pytest
 import torch
 from helpers import EmulatedGraphs
 
-from engines.whisper import decoding
-from engines.whisper.model import Dims, Whisper
-from engines.whisper.steps import DecoderSteps
+from mizuoto.engines.whisper import decoding
+from mizuoto.engines.whisper.model import Dims, Whisper
+from mizuoto.engines.whisper.steps import DecoderSteps
 from mizuoto.runtime.context import Cancelled
 
 DIMS = Dims(n_mels=80, n_audio_ctx=24, n_audio_state=32, n_audio_head=2, n_audio_layer=1, n_vocab=51865,
