@@ -17,8 +17,8 @@ from .widgets import option_widget, param_widget
 
 
 def _class_name(spec: EngineSpec, role: str) -> str:
-    # Node ids are saved in users' workflows: keep them stable.
-    return f"Mizuoto{spec.display_name.replace(' ', '')}{role}"
+    # Node ids are saved in users' workflows: keep them stable. Letters and digits only ("F5-TTS" -> F5TTS).
+    return f"Mizuoto{''.join(c for c in spec.display_name if c.isalnum())}{role}"
 
 
 def make_loader(spec: EngineSpec) -> type:

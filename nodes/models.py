@@ -17,11 +17,19 @@ def choices(spec: EngineSpec) -> list[str]:
     for base in comfy.model_folders():
         folder = os.path.join(base, spec.id)
         if os.path.isdir(folder):
-            # files with the engine's suffixes, and Hugging Face folders (a config.json inside)
+            # files with the engine's suffixes, and model folders (Hugging Face's with a config.json, or
+            # a folder holding such a file, as F5-TTS's are published)
             names += sorted(f"{spec.id}/{n}" for n in os.listdir(folder)
                             if n.lower().endswith(spec.checkpoint_suffixes)
-                            or os.path.isfile(os.path.join(folder, n, "config.json")))
+                            or _is_model_folder(os.path.join(folder, n), spec))
     return names
+
+
+def _is_model_folder(path: str, spec: EngineSpec) -> bool:
+    if not os.path.isdir(path):
+        return False
+    return os.path.isfile(os.path.join(path, "config.json")) or any(
+        n.lower().endswith(spec.checkpoint_suffixes) for n in os.listdir(path))
 
 
 def resolve(spec: EngineSpec, choice: str) -> str | None:

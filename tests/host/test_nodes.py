@@ -39,7 +39,7 @@ def widgets(cls):
 
 
 NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
-         "MizuotoWhisperTranscribe"}
+         "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak"}
 
 
 def test_mappings_and_display_names(pack):

@@ -1,0 +1,155 @@
+"""F5-TTS checkpoints: upstream's published files (safetensors, or `.pt` with `ema_model_state_dict`
+or `model_state_dict`), with their architecture from a config file beside them or from the weights.
+
+A model folder holds one checkpoint, optionally upstream's training YAML (`F5TTS_v1_Base.yaml`, ...)
+or a `config.json` with the same `model.arch` entries, optionally a `vocab.txt` (else the vocabulary
+upstream ships, which every released model uses), and optionally the Vocos vocoder in `vocos/`.
+
+Shapes give everything but two switches that old and new models share shapes for: whether filler
+text positions are masked (`text_mask_padding`) and how many heads RoPE turns (`pe_attn_head`).
+Those come from the config file, else from the name (F5TTS_Base: the old model), else v1's values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import torch
+
+from mizuoto.core.errors import CheckpointError
+
+from .dit import DiT, DiTConfig
+
+SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt")
+ARCHITECTURES = ("auto", "F5TTS_v1_Base", "F5TTS_Base")
+# the switches that shapes cannot tell apart, per released model
+SWITCHES = {"F5TTS_v1_Base": dict(text_mask_padding=True, pe_attn_head=None),
+            "F5TTS_Base": dict(text_mask_padding=False, pe_attn_head=1)}
+DROPPED = ("initted", "step", "mel_spec.mel_stft.mel_scale.fb", "mel_spec.mel_stft.spectrogram.window")
+
+
+def find_checkpoint(source: Path) -> Path:
+    if source.is_file():
+        return source
+    found = sorted(p for p in source.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    if not found:
+        raise CheckpointError(f"{source} holds no F5-TTS checkpoint (a {', '.join(SUFFIXES)} file)")
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise CheckpointError(f"{source} holds several checkpoints ({names}); keep one, or pass the file itself")
+    return found[0]
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The DiT's weights (keys as in `DiT`), from any of upstream's layouts."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        try:
+            raw = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except Exception as exc:
+            raise CheckpointError(f"{path} is not a readable torch checkpoint ({type(exc).__name__})") from None
+        state = raw.get("ema_model_state_dict") or raw.get("model_state_dict") if isinstance(raw, dict) else None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{path} has neither ema_model_state_dict nor model_state_dict: not an F5-TTS "
+                                  f"checkpoint")
+    weights = {}
+    for key, value in state.items():
+        key = key.replace("ema_model.", "")
+        if key in DROPPED or key.startswith("mel_spec."):
+            continue
+        if not key.startswith("transformer."):
+            raise CheckpointError(f"{path} has a weight {key!r} outside the transformer: not an F5-TTS checkpoint")
+        weights[key[len("transformer."):]] = value
+    if "transformer_blocks.0.attn_norm.linear.weight" not in weights or "proj_out.weight" not in weights:
+        raise CheckpointError(f"{path} is not an F5-TTS DiT checkpoint (E2-TTS's UNetT and MMDiT models are not "
+                              f"supported)")
+    return weights
+
+
+def _config_file_arch(folder: Path) -> dict | None:
+    """`model.arch` (and the model name) from upstream's YAML or a config.json beside the weights."""
+    candidates = [folder / "config.json", *sorted(folder.glob("*.yaml")), *sorted(folder.glob("*.yml"))]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            import yaml
+
+            data = yaml.safe_load(path.read_text())
+        model = (data or {}).get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and isinstance(model.get("arch"), dict):
+            if model.get("backbone", "DiT") != "DiT":
+                raise CheckpointError(f"{path} describes a {model['backbone']} model; only DiT (F5-TTS) is supported")
+            return {"name": model.get("name"), **model["arch"]}
+    return None
+
+
+def _named_switches(path: Path) -> dict:
+    name = " ".join(path.parts[-3:])
+    if re.search(r"F5-?TTS_Base", name, re.IGNORECASE):
+        return SWITCHES["F5TTS_Base"]
+    return SWITCHES["F5TTS_v1_Base"]
+
+
+def config_for(weights: dict[str, torch.Tensor], checkpoint: Path, architecture: str = "auto") -> DiTConfig:
+    """The DiTConfig of `weights`: sizes from the shapes, switches as the module docstring says."""
+    dim = weights["proj_out.weight"].shape[1]
+    depth = len({k.split(".")[1] for k in weights if k.startswith("transformer_blocks.")})
+    dim_head = 2 * weights["rotary_embed.inv_freq"].shape[0]
+    blocks = {k.split(".")[2] for k in weights if k.startswith("text_embed.text_blocks.")}
+    sizes = dict(
+        dim=dim, depth=depth, dim_head=dim_head,
+        heads=weights["transformer_blocks.0.attn.to_q.weight"].shape[0] // dim_head,
+        ff_mult=weights["transformer_blocks.0.ff.ff.0.0.weight"].shape[0] / dim,
+        text_dim=weights["text_embed.text_embed.weight"].shape[1],
+        text_num_embeds=weights["text_embed.text_embed.weight"].shape[0] - 1,
+        conv_layers=len(blocks),
+        qk_norm="rms_norm" if "transformer_blocks.0.attn.q_norm.weight" in weights else None,
+        long_skip_connection="long_skip_connection.weight" in weights,
+        mel_dim=weights["proj_out.weight"].shape[0],
+    )
+    if sizes["ff_mult"] == int(sizes["ff_mult"]):
+        sizes["ff_mult"] = int(sizes["ff_mult"])
+    if architecture != "auto":
+        switches = SWITCHES[architecture]
+    else:
+        arch = _config_file_arch(checkpoint.parent)
+        if arch is not None:
+            switches = dict(text_mask_padding=arch.get("text_mask_padding", True),
+                            pe_attn_head=arch.get("pe_attn_head"))
+        else:
+            switches = _named_switches(checkpoint)
+    return DiTConfig(**sizes, **switches)
+
+
+def load(source: Path, device, dtype, architecture: str = "auto") -> DiT:
+    """The DiT of a model folder or checkpoint file, on `device` in `dtype`."""
+    path = find_checkpoint(Path(source))
+    weights = read_state_dict(path)
+    try:
+        config = config_for(weights, path, architecture)
+    except KeyError as exc:
+        raise CheckpointError(f"{path} lacks {exc.args[0]}: not an F5-TTS DiT checkpoint") from None
+    with torch.device("meta"):
+        model = DiT(config)
+    missing, unexpected = _compare(model, weights)
+    if missing or unexpected:
+        detail = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
+        raise CheckpointError(f"{path} does not fit the F5-TTS DiT it describes ({detail}; {len(missing)} missing, "
+                              f"{len(unexpected)} unexpected weights)")
+    model = model.to_empty(device=device)
+    model.load_state_dict(weights, strict=False)
+    model.text_embed.reset_buffers()  # non-persistent: computed, not loaded
+    return model.to(dtype).eval()
+
+
+def _compare(model: DiT, weights: dict) -> tuple[list[str], list[str]]:
+    expected = set(model.state_dict())
+    return sorted(expected - set(weights)), sorted(set(weights) - expected)
