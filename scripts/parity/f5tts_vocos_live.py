@@ -26,25 +26,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-CAPABILITY = "avx2"
-
-
-def _reexec_with_pinned_kernels():
-    if os.environ.get("ATEN_CPU_CAPABILITY") != CAPABILITY:
-        env = dict(os.environ, ATEN_CPU_CAPABILITY=CAPABILITY)
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
 
 
 def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ours", type=Path, default=Path(__file__).resolve().parents[2],
-                        help="the Mizuoto clone whose modules are compared (default: this one)")
+    add_ours_argument(parser)
     parser.add_argument("--full", action="store_true", help="also check the full-size vocos-mel-24khz architecture")
     parser.add_argument("--threads", type=int, default=1)
     return parser.parse_args()
 
 
-_reexec_with_pinned_kernels()
+reexec_with_pinned_kernels()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 
