@@ -22,7 +22,7 @@ from mizuoto.core.errors import CheckpointError
 
 from .dit import DiT, DiTConfig
 
-SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt")
+SUFFIXES = (".safetensors", ".pt")  # as the engine declares them: the host checks a file's suffix too
 ARCHITECTURES = ("auto", "F5TTS_v1_Base", "F5TTS_Base")
 # the switches that shapes cannot tell apart, per released model
 SWITCHES = {"F5TTS_v1_Base": dict(text_mask_padding=True, pe_attn_head=None),
@@ -33,7 +33,7 @@ DROPPED = ("initted", "step", "mel_spec.mel_stft.mel_scale.fb", "mel_spec.mel_st
 def find_checkpoint(source: Path) -> Path:
     if source.is_file():
         return source
-    found = sorted(p for p in source.iterdir() if p.suffix in SUFFIXES and p.is_file())
+    found = sorted(p for p in source.iterdir() if p.suffix.lower() in SUFFIXES and p.is_file())
     if not found:
         raise CheckpointError(f"{source} holds no F5-TTS checkpoint (a {', '.join(SUFFIXES)} file)")
     if len(found) > 1:
@@ -44,10 +44,14 @@ def find_checkpoint(source: Path) -> Path:
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The DiT's weights (keys as in `DiT`), from any of upstream's layouts."""
-    if path.suffix == ".safetensors":
+    if path.suffix.lower() == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({exc})") from None
     else:
         try:
             raw = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
@@ -77,16 +81,21 @@ def _config_file_arch(folder: Path) -> dict | None:
     for path in candidates:
         if not path.is_file():
             continue
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-        else:
-            import yaml
+        import yaml
 
-            data = yaml.safe_load(path.read_text())
+        try:
+            data = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
+        except (ValueError, yaml.YAMLError) as exc:
+            reason = " ".join(str(exc).split())[:120]
+            raise CheckpointError(f"{path} is not readable ({reason}); fix or remove it") from None
         model = (data or {}).get("model") if isinstance(data, dict) else None
         if isinstance(model, dict) and isinstance(model.get("arch"), dict):
             if model.get("backbone", "DiT") != "DiT":
                 raise CheckpointError(f"{path} describes a {model['backbone']} model; only DiT (F5-TTS) is supported")
+            vocoder = (model.get("mel_spec") or {}).get("mel_spec_type", "vocos")
+            if vocoder != "vocos":
+                raise CheckpointError(f"{path} describes a model for the {vocoder} vocoder; only Vocos models "
+                                      f"(mel_spec_type: vocos) are supported")
             return {"name": model.get("name"), **model["arch"]}
     return None
 
