@@ -57,20 +57,32 @@ def check_model_path(spec: EngineSpec, model: str | Path | None) -> Path | None:
 # Engine states still in use, by what their weights depend on. A load that differs only in what
 # the weights do not depend on (the attention policy, compile, CUDA graphs) reuses the weights
 # (ComfyUI re-runs a loader whenever its policy input changes): only what must reload reloads.
-_states: "weakref.WeakValueDictionary[tuple, Any]" = weakref.WeakValueDictionary()
+# Every live state per key (the first load and its rebinds): whichever the host still holds serves the
+# next load, so neither dropping the first load (ComfyUI replacing a loader's output) nor dropping a
+# rebind reloads weights that are still in memory.
+_states: dict[tuple, list[weakref.ref]] = {}
+
+
+def _live_state(key: tuple):
+    refs = [ref for ref in _states.get(key, ()) if ref() is not None]
+    if refs:
+        _states[key] = refs
+    else:
+        _states.pop(key, None)
+    return refs[-1]() if refs else None
 
 
 def _load_state(spec: EngineSpec, path: Path | None, device, dtype, options: RuntimeOptions):
     implementation = spec.implementation_module()
     stamp = None if path is None else (str(path.resolve()), path.stat().st_mtime_ns, path.stat().st_size)
     key = (spec.id, stamp, str(device), str(dtype), tuple(sorted(options.load_options.items())))
-    previous = _states.get(key)
+    previous = _live_state(key)
     rebind = getattr(implementation, "rebind", None)
     if previous is not None and rebind is not None:
         state = rebind(previous, options)
     else:
         state = implementation.load(path, device, dtype, options)
-    _states[key] = state
+    _states.setdefault(key, []).append(weakref.ref(state))
     return state
 
 

@@ -242,3 +242,27 @@ def test_speak_nodes_of_transcript_reading_engines_take_a_transcriber(pack):
     optional = factory.make_speaker(reading).INPUT_TYPES()["optional"]
     assert optional["reference_text"][0] == "STRING" and optional["transcriber"][0] == "MIZUOTO_MODEL"
     assert "transcriber" not in factory.make_speaker(engines.get("dummy")).INPUT_TYPES()["optional"]
+
+
+def test_weights_are_reused_while_any_load_of_them_lives(pack, loader):
+    """ComfyUI drops a loader's old output when its policy changes (the rebind lives on), and a
+    workflow may drop a rebind while the first load lives: either way the next load reuses the weights."""
+    import gc
+
+    policy = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]()
+    math_policy = policy.choose("math", False, False, False)[0]
+    (first,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="22050")
+    weights = first.state.model
+    (rebound,) = loader.load("(built-in weights)", "cpu", "float32", policy=math_policy, sample_rate="22050")
+    del first
+    gc.collect()
+    (again,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="22050")
+    assert again.state.model is weights  # the rebind kept them
+    del rebound, again
+    gc.collect()
+    (first,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="44100")
+    (rebound,) = loader.load("(built-in weights)", "cpu", "float32", policy=math_policy, sample_rate="44100")
+    del rebound
+    gc.collect()
+    (again,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="44100")
+    assert again.state.model is first.state.model  # the first load kept them
