@@ -17,16 +17,19 @@ import re
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from mizuoto.core.errors import CheckpointError
 
 from .dit import DiT, DiTConfig
+from .unett import UNetT, UNetTConfig
 
 SUFFIXES = (".safetensors", ".pt")  # as the engine declares them: the host checks a file's suffix too
-ARCHITECTURES = ("auto", "F5TTS_v1_Base", "F5TTS_Base")
+ARCHITECTURES = ("auto", "F5TTS_v1_Base", "F5TTS_Base", "E2TTS_Base")
 # the switches that shapes cannot tell apart, per released model
 SWITCHES = {"F5TTS_v1_Base": dict(text_mask_padding=True, pe_attn_head=None),
-            "F5TTS_Base": dict(text_mask_padding=False, pe_attn_head=1)}
+            "F5TTS_Base": dict(text_mask_padding=False, pe_attn_head=1),
+            "E2TTS_Base": dict(text_mask_padding=False, pe_attn_head=1)}
 DROPPED = ("initted", "step", "mel_spec.mel_stft.mel_scale.fb", "mel_spec.mel_stft.spectrogram.window")
 
 
@@ -69,10 +72,18 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         if not key.startswith("transformer."):
             raise CheckpointError(f"{path} has a weight {key!r} outside the transformer: not an F5-TTS checkpoint")
         weights[key[len("transformer."):]] = value
-    if "transformer_blocks.0.attn_norm.linear.weight" not in weights or "proj_out.weight" not in weights:
-        raise CheckpointError(f"{path} is not an F5-TTS DiT checkpoint (E2-TTS's UNetT and MMDiT models are not "
-                              f"supported)")
+    if backbone(weights) is None or "proj_out.weight" not in weights:
+        raise CheckpointError(f"{path} is neither an F5-TTS (DiT) nor an E2-TTS (UNetT) checkpoint (MMDiT models "
+                              f"are not supported)")
     return weights
+
+
+def backbone(weights: dict) -> str | None:
+    if "transformer_blocks.0.attn_norm.linear.weight" in weights:
+        return "DiT"
+    if "layers.0.1.g" in weights:
+        return "UNetT"
+    return None
 
 
 def _config_file_arch(folder: Path) -> dict | None:
@@ -90,8 +101,9 @@ def _config_file_arch(folder: Path) -> dict | None:
             raise CheckpointError(f"{path} is not readable ({reason}); fix or remove it") from None
         model = (data or {}).get("model") if isinstance(data, dict) else None
         if isinstance(model, dict) and isinstance(model.get("arch"), dict):
-            if model.get("backbone", "DiT") != "DiT":
-                raise CheckpointError(f"{path} describes a {model['backbone']} model; only DiT (F5-TTS) is supported")
+            if model.get("backbone", "DiT") not in ("DiT", "UNetT"):
+                raise CheckpointError(f"{path} describes a {model['backbone']} model; only DiT (F5-TTS) and UNetT "
+                                      f"(E2-TTS) are supported")
             vocoder = (model.get("mel_spec") or {}).get("mel_spec_type", "vocos")
             if vocoder != "vocos":
                 raise CheckpointError(f"{path} describes a model for the {vocoder} vocoder; only Vocos models "
@@ -100,65 +112,87 @@ def _config_file_arch(folder: Path) -> dict | None:
     return None
 
 
-def _named_switches(path: Path) -> dict:
+def _named_switches(path: Path, kind: str) -> dict:
+    if kind == "UNetT":
+        return SWITCHES["E2TTS_Base"]
     name = " ".join(path.parts[-3:])
     if re.search(r"F5-?TTS_Base", name, re.IGNORECASE):
         return SWITCHES["F5TTS_Base"]
     return SWITCHES["F5TTS_v1_Base"]
 
 
-def config_for(weights: dict[str, torch.Tensor], checkpoint: Path, architecture: str = "auto") -> DiTConfig:
-    """The DiTConfig of `weights`: sizes from the shapes, switches as the module docstring says."""
+def _sizes(weights: dict, kind: str) -> dict:
+    """What the shapes say: widths, depth, heads, vocabulary, text blocks, qk norm."""
     dim = weights["proj_out.weight"].shape[1]
-    depth = len({k.split(".")[1] for k in weights if k.startswith("transformer_blocks.")})
     dim_head = 2 * weights["rotary_embed.inv_freq"].shape[0]
     blocks = {k.split(".")[2] for k in weights if k.startswith("text_embed.text_blocks.")}
+    prefix, attn, ff = ("transformer_blocks", "attn", "ff") if kind == "DiT" else ("layers", "2", "4")
     sizes = dict(
-        dim=dim, depth=depth, dim_head=dim_head,
-        heads=weights["transformer_blocks.0.attn.to_q.weight"].shape[0] // dim_head,
-        ff_mult=weights["transformer_blocks.0.ff.ff.0.0.weight"].shape[0] / dim,
+        dim=dim, dim_head=dim_head,
+        depth=len({k.split(".")[1] for k in weights if k.startswith(prefix + ".")}),
+        heads=weights[f"{prefix}.0.{attn}.to_q.weight"].shape[0] // dim_head,
+        ff_mult=weights[f"{prefix}.0.{ff}.ff.0.0.weight"].shape[0] / dim,
         text_dim=weights["text_embed.text_embed.weight"].shape[1],
         text_num_embeds=weights["text_embed.text_embed.weight"].shape[0] - 1,
         conv_layers=len(blocks),
-        qk_norm="rms_norm" if "transformer_blocks.0.attn.q_norm.weight" in weights else None,
-        long_skip_connection="long_skip_connection.weight" in weights,
+        qk_norm="rms_norm" if f"{prefix}.0.{attn}.q_norm.weight" in weights else None,
         mel_dim=weights["proj_out.weight"].shape[0],
     )
     if sizes["ff_mult"] == int(sizes["ff_mult"]):
         sizes["ff_mult"] = int(sizes["ff_mult"])
-    if architecture != "auto":
-        switches = SWITCHES[architecture]
+    if kind == "DiT":
+        sizes["long_skip_connection"] = "long_skip_connection.weight" in weights
     else:
-        arch = _config_file_arch(checkpoint.parent)
-        if arch is not None:
-            switches = dict(text_mask_padding=arch.get("text_mask_padding", True),
-                            pe_attn_head=arch.get("pe_attn_head"))
-        else:
-            switches = _named_switches(checkpoint)
+        last = sizes["depth"] - 1
+        sizes["skip_connect_type"] = "concat" if f"layers.{last}.0.weight" in weights else "add"
+    return sizes
+
+
+def config_for(weights: dict[str, torch.Tensor], checkpoint: Path,
+               architecture: str = "auto") -> DiTConfig | UNetTConfig:
+    """The model's configuration: sizes from the shapes, switches as the module docstring says."""
+    kind = backbone(weights)
+    sizes = _sizes(weights, kind)
+    arch = _config_file_arch(checkpoint.parent) if architecture == "auto" else None
+    if architecture != "auto":
+        if (architecture == "E2TTS_Base") != (kind == "UNetT"):
+            raise CheckpointError(f"{checkpoint} holds a {kind} model, not {architecture}; set architecture to auto")
+        switches = SWITCHES[architecture]
+    elif arch is not None:
+        switches = dict(text_mask_padding=arch.get("text_mask_padding", kind == "DiT"),
+                        pe_attn_head=arch.get("pe_attn_head", None if kind == "DiT" else 1))
+        if kind == "UNetT" and "skip_connect_type" in arch:
+            sizes["skip_connect_type"] = arch["skip_connect_type"]
+    else:
+        switches = _named_switches(checkpoint, kind)
+    if kind == "UNetT":
+        if arch is not None and arch.get("text_dim") is None:
+            sizes["text_dim"] = None  # upstream's default: the mel size (the same number)
+        return UNetTConfig(**sizes, **switches)
     return DiTConfig(**sizes, **switches)
 
 
-def load(source: Path, device, dtype, architecture: str = "auto") -> DiT:
-    """The DiT of a model folder or checkpoint file, on `device` in `dtype`."""
+def load(source: Path, device, dtype, architecture: str = "auto") -> DiT | UNetT:
+    """The flow model of a model folder or checkpoint file, on `device` in `dtype`."""
     path = find_checkpoint(Path(source))
     weights = read_state_dict(path)
     try:
         config = config_for(weights, path, architecture)
     except KeyError as exc:
-        raise CheckpointError(f"{path} lacks {exc.args[0]}: not an F5-TTS DiT checkpoint") from None
+        raise CheckpointError(f"{path} lacks {exc.args[0]}: not an F5-TTS checkpoint") from None
     with torch.device("meta"):
-        model = DiT(config)
+        model = UNetT(config) if isinstance(config, UNetTConfig) else DiT(config)
     missing, unexpected = _compare(model, weights)
     if missing or unexpected:
         detail = f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}"
-        raise CheckpointError(f"{path} does not fit the F5-TTS DiT it describes ({detail}; {len(missing)} missing, "
-                              f"{len(unexpected)} unexpected weights)")
+        raise CheckpointError(f"{path} does not fit the {type(model).__name__} it describes ({detail}; "
+                              f"{len(missing)} missing, {len(unexpected)} unexpected weights)")
     model = model.to_empty(device=device)
     model.load_state_dict(weights, strict=False)
     model.text_embed.reset_buffers()  # non-persistent: computed, not loaded
     return model.to(dtype).eval()
 
 
-def _compare(model: DiT, weights: dict) -> tuple[list[str], list[str]]:
+def _compare(model: nn.Module, weights: dict) -> tuple[list[str], list[str]]:
     expected = set(model.state_dict())
     return sorted(expected - set(weights)), sorted(set(weights) - expected)

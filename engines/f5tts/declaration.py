@@ -14,7 +14,7 @@ ENGINE = EngineSpec(
     # No download choice: SWivid/F5-TTS holds every model in both formats (many GB) and no vocoder;
     # the README says which two folders to fetch.
     load_options=(
-        Option("architecture", str, "auto", ("auto", "F5TTS_v1_Base", "F5TTS_Base"),
+        Option("architecture", str, "auto", ("auto", "F5TTS_v1_Base", "F5TTS_Base", "E2TTS_Base"),
                "which released model the weights are (auto: from a config file or the name, else v1)"),
         Option("vocoder", str, "", None, "folder of the Vocos mel-24khz vocoder (config.yaml + pytorch_model.bin); "
                "empty: vocos/ beside the checkpoint"),

@@ -97,23 +97,31 @@ class ConvNeXtV2Block(nn.Module):
 class TextEmbedding(nn.Module):
     """Character/pinyin ids (-1 padded) -> (B, frames, text_dim): ids shifted by one (0 is the filler
     past the text), cut or zero-padded to the mel length, embedded, plus fixed positions, then the
-    ConvNeXt blocks; with `mask_padding` the filler positions are zeroed around every block."""
+    ConvNeXt blocks; with `mask_padding` the filler positions are zeroed around every block.
 
-    MAX_POSITIONS = 8192  # upstream's table: about 87 s of 24 kHz audio
+    The DiT's table covers 8192 positions (about 87 s of 24 kHz audio); E2-TTS's 4096, and it repeats
+    its last position beyond (`clamp_positions`)."""
 
-    def __init__(self, num_embeds: int, dim: int, mask_padding: bool, conv_layers: int, conv_mult: int = 2):
+    def __init__(self, num_embeds: int, dim: int, mask_padding: bool, conv_layers: int, conv_mult: int = 2,
+                 max_positions: int = 8192, clamp_positions: bool = False):
         super().__init__()
         self.text_embed = nn.Embedding(num_embeds + 1, dim)
         self.mask_padding = mask_padding
+        self.max_positions, self.clamp_positions = max_positions, clamp_positions
         self.text_blocks = nn.Sequential(*[ConvNeXtV2Block(dim, dim * conv_mult) for _ in range(conv_layers)])
         if conv_layers:
-            self.register_buffer("freqs_cis", sinusoidal_table(dim, self.MAX_POSITIONS), persistent=False)
+            self.register_buffer("freqs_cis", sinusoidal_table(dim, max_positions), persistent=False)
 
     def reset_buffers(self) -> None:
         """Recompute the position table (not in checkpoints) after building on the meta device."""
         if len(self.text_blocks):
-            self.freqs_cis = sinusoidal_table(self.text_embed.weight.shape[1], self.MAX_POSITIONS).to(
+            self.freqs_cis = sinusoidal_table(self.text_embed.weight.shape[1], self.max_positions).to(
                 self.text_embed.weight.device)
+
+    def positions(self, length: int) -> torch.Tensor:
+        if self.clamp_positions:
+            return self.freqs_cis[torch.arange(length, device=self.freqs_cis.device).clamp(max=self.max_positions - 1)]
+        return self.freqs_cis[:length, :]
 
     def forward(self, text: torch.Tensor, length: int, drop_text: bool = False) -> torch.Tensor:
         text = text + 1
@@ -124,7 +132,7 @@ class TextEmbedding(nn.Module):
             text = torch.zeros_like(text)
         x = self.text_embed(text)
         if len(self.text_blocks):
-            x = x + self.freqs_cis[:length, :]
+            x = x + self.positions(length)
             if self.mask_padding:
                 fill = filler.unsqueeze(-1).expand(-1, -1, x.size(-1))
                 x = x.masked_fill(fill, 0.0)
@@ -267,6 +275,31 @@ class Attention(nn.Module):
             raise ValueError(f"qk_norm {qk_norm!r} is not supported; use null or rms_norm")
         self.to_out = nn.ModuleList([nn.Linear(inner, dim), nn.Dropout(0.0)])
 
+    def project(self, h, rope, rotated_heads: int | None):
+        """(B, N, dim) -> q, k, v (B, heads, N, dim_head): projections, qk norms, RoPE on every head
+        or on the first `rotated_heads` (upstream's pe_attn_head)."""
+        batch, dim_head = h.shape[0], rope[0].shape[-1]
+        q = self.to_q(h).view(batch, -1, self.heads, dim_head).transpose(1, 2)
+        k = self.to_k(h).view(batch, -1, self.heads, dim_head).transpose(1, 2)
+        v = self.to_v(h).view(batch, -1, self.heads, dim_head).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rope
+        if rotated_heads is None:
+            return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin), v
+        n = rotated_heads
+        q, k = q.clone(), k.clone()  # upstream writes the rotated heads into its q, k in place
+        q[:, :n] = rotate_pairs(q[:, :n], cos, sin)
+        k[:, :n] = rotate_pairs(k[:, :n], cos, sin)
+        return q, k, v
+
+    @staticmethod
+    def attend(q, k, v, index=None):
+        """Non-causal attention over every frame, heads merged back: (B, N, heads * dim_head)
+        (LayerSteps passes an `index` this does not need)."""
+        a = accel.attention(q, k, v, site=ATTENTION)
+        return a.transpose(1, 2).reshape(a.shape[0], -1, a.shape[1] * a.shape[3]).to(q.dtype)
+
 
 class FeedForward(nn.Module):
     def __init__(self, dim: int, mult: float):
@@ -296,28 +329,11 @@ class DiTBlock(nn.Module):
         x, t = state
         shift, scale, gate, shift_ff, scale_ff, gate_ff = torch.chunk(self.attn_norm.linear(F.silu(t)), 6, dim=1)
         h = self.attn_norm.norm(x) * (1 + scale[:, None]) + shift[:, None]
-        attn = self.attn
-        batch = h.shape[0]
-        q = attn.to_q(h).view(batch, -1, attn.heads, rope[0].shape[-1]).transpose(1, 2)
-        k = attn.to_k(h).view(batch, -1, attn.heads, rope[0].shape[-1]).transpose(1, 2)
-        v = attn.to_v(h).view(batch, -1, attn.heads, rope[0].shape[-1]).transpose(1, 2)
-        if attn.q_norm is not None:
-            q, k = attn.q_norm(q), attn.k_norm(k)
-        cos, sin = rope
-        if self.rotated_heads is None:
-            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
-        else:
-            n = self.rotated_heads
-            q, k = q.clone(), k.clone()  # upstream writes the rotated heads into its q, k in place
-            q[:, :n] = rotate_pairs(q[:, :n], cos, sin)
-            k[:, :n] = rotate_pairs(k[:, :n], cos, sin)
+        q, k, v = self.attn.project(h, rope, self.rotated_heads)
         return q, k, v, (x, t, gate, shift_ff, scale_ff, gate_ff)
 
-    @staticmethod
-    def attend(q, k, v, index=None):
-        """Non-causal attention over every frame (LayerSteps passes an `index` this does not need)."""
-        a = accel.attention(q, k, v, site=ATTENTION)
-        return a.transpose(1, 2).reshape(a.shape[0], -1, a.shape[1] * a.shape[3]).to(q.dtype)
+    def attend(self, q, k, v, index=None):
+        return self.attn.attend(q, k, v)
 
     def after(self, a, residual):
         x, t, gate, shift_ff, scale_ff, gate_ff = residual
@@ -341,6 +357,13 @@ class DiT(nn.Module):
             if config.long_skip_connection else None
         self.norm_out = AdaLayerNormFinal(config.dim)
         self.proj_out = nn.Linear(config.dim, config.mel_dim)
+
+    def segments(self) -> list:
+        """The layers as LayerSteps sees them (before / attend / after)."""
+        return list(self.transformer_blocks)
+
+    def rope(self, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.rotary_embed.tables(frames)
 
     def text_embeddings(self, text: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(with text, without text) embeddings of `text` over `length` frames: fixed for a whole
@@ -367,9 +390,9 @@ class DiT(nn.Module):
 
     def forward(self, x, cond, texts, time, guided: bool = True) -> torch.Tensor:
         """The predicted flow, eagerly: (2B, frames, mel_dim) packed when guided, else (B, ...)."""
-        rope = self.rotary_embed.tables(x.shape[1])
+        rope = self.rope(x.shape[1])
         state = self.embed(x, cond, texts, time, guided)
-        for block in self.transformer_blocks:
-            q, k, v, residual = block.before(state, rope)
-            state = block.after(block.attend(q, k, v), residual)
+        for layer in self.segments():
+            q, k, v, residual = layer.before(state, rope)
+            state = layer.after(layer.attend(q, k, v), residual)
         return self.finish(state)

@@ -28,6 +28,7 @@ from . import audio, checkpoint, flow, text
 from .dit import DiT
 from .mel import log_mel
 from .steps import solver_step
+from .unett import UNetT
 from .vocos import Vocos, load_vocos
 
 SAMPLE_RATE = audio.SAMPLE_RATE
@@ -36,7 +37,7 @@ VOCODER_FOLDERS = ("vocos", "../vocos-mel-24khz", "../charactr--vocos-mel-24khz"
 
 @dataclass
 class F5Loaded:
-    model: DiT
+    model: DiT | UNetT  # F5-TTS or E2-TTS
     vocoder: Vocos
     vocab: dict[str, int]
     source: str

@@ -26,13 +26,13 @@ def solver_step(model: DiT, cfg_strength: float, graphs: Graphs | None) -> Calla
     def embed(y, cond, text, null_text, t):
         return model.embed(y, cond, (text, null_text), t, is_guided)
 
-    layers = LayerSteps(model.transformer_blocks, embed, model.finish, graphs)
+    layers = LayerSteps(model.segments(), embed, model.finish, graphs)
     tables: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def step(y, cond, texts, t, dt):
         frames = y.shape[1]
         if frames not in tables:
-            tables[frames] = model.rotary_embed.tables(frames)
+            tables[frames] = model.rope(frames)
         pred = layers((y, cond, *texts, t), tables[frames], None)
         return y + dt * flow(pred, cfg_strength)
 

@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
 import torchaudio  # noqa: E402
 import yaml  # noqa: E402
-from f5_tts.model import CFM, DiT  # noqa: E402
+from f5_tts.model import CFM, DiT, UNetT  # noqa: E402
 from f5_tts.model.utils import convert_char_to_pinyin, get_tokenizer, list_str_to_idx, seed_everything  # noqa: E402
 from safetensors.numpy import load_file as np_load_file  # noqa: E402
 from safetensors.numpy import save_file as np_save_file  # noqa: E402
@@ -59,7 +59,7 @@ from vocos.models import VocosBackbone  # noqa: E402
 
 T0 = time.time()
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/parity/data/f5tts"
-for sub in ("vocos", "v1", "base"):
+for sub in ("vocos", "v1", "base", "e2"):
     os.makedirs(os.path.join(OUT, sub), exist_ok=True)
 
 SR = 24000
@@ -73,6 +73,8 @@ ARCH_V1 = dict(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2, text_dim=32, te
                conv_layers=2, pe_attn_head=None, attn_backend="torch", attn_mask_enabled=False,
                checkpoint_activations=False)
 ARCH_BASE = dict(ARCH_V1, text_mask_padding=False, pe_attn_head=1)
+# E2TTS_Base's structure (UNetT, no text blocks, text width = mel width), shrunk
+ARCH_E2 = dict(dim=64, depth=4, heads=4, dim_head=16, ff_mult=2, text_mask_padding=False, pe_attn_head=1)
 VOCOS_CFG = {
     "feature_extractor": {"class_path": "vocos.feature_extractors.MelSpectrogramFeatures",
                           "init_args": {"sample_rate": 24000, "n_fft": 1024, "hop_length": 256, "n_mels": 100,
@@ -115,6 +117,8 @@ def rerandomise_dit(model, gen):
                 p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))  # ConvNeXtV2 LayerNorm affine
             elif n.endswith(".norm.bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif n.endswith(".g"):
+                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))  # UNetT's RMSNorm gains start at one
 
 
 def rerandomise_vocos(voc, gen):
@@ -128,10 +132,10 @@ def rerandomise_vocos(voc, gen):
                 p.copy_(0.02 * torch.randn(p.shape, generator=gen))
 
 
-def build_and_save_cfm(arch, seed, path):
+def build_and_save_cfm(arch, seed, path, backbone=DiT):
     torch.manual_seed(seed)
     cfm = CFM(
-        transformer=DiT(**arch, text_num_embeds=VOCAB_SIZE, mel_dim=100),
+        transformer=backbone(**arch, text_num_embeds=VOCAB_SIZE, mel_dim=100),
         mel_spec_kwargs=MEL,
         odeint_kwargs=dict(method="euler"),
         vocab_char_map=VOCAB,
@@ -148,6 +152,7 @@ def build_and_save_cfm(arch, seed, path):
 
 built_v1 = build_and_save_cfm(ARCH_V1, 1000, os.path.join(OUT, "v1", "model.safetensors"))
 built_base = build_and_save_cfm(ARCH_BASE, 2000, os.path.join(OUT, "base", "model.safetensors"))
+built_e2 = build_and_save_cfm(ARCH_E2, 4000, os.path.join(OUT, "e2", "model.safetensors"), backbone=UNetT)
 
 torch.manual_seed(3000)
 built_voc = Vocos(MelSpectrogramFeatures(24000, 1024, 256, 100, "center"), VocosBackbone(100, 64, 128, 2),
@@ -158,14 +163,16 @@ with open(os.path.join(OUT, "vocos", "config.yaml"), "w") as f:
 torch.save({k: v.contiguous().clone() for k, v in built_voc.state_dict().items()},
            os.path.join(OUT, "vocos", "pytorch_model.bin"))
 
-for nm, sub, arch in (("F5TTS_tiny_v1", "v1", ARCH_V1), ("F5TTS_tiny_base", "base", ARCH_BASE)):
+for nm, sub, arch, kind in (("F5TTS_tiny_v1", "v1", ARCH_V1, "DiT"), ("F5TTS_tiny_base", "base", ARCH_BASE, "DiT"),
+                            ("E2TTS_tiny", "e2", ARCH_E2, "UNetT")):
     with open(os.path.join(OUT, sub, f"{nm}.yaml"), "w") as f:
         yaml.safe_dump({"model": {"name": nm, "tokenizer": "custom",
-                                  "tokenizer_path": "f5_tts/infer/examples/vocab.txt", "backbone": "DiT", "arch": arch,
+                                  "tokenizer_path": "f5_tts/infer/examples/vocab.txt", "backbone": kind, "arch": arch,
                                   "mel_spec": {k: v for k, v in MEL.items()}}}, f, sort_keys=False)
 with open(os.path.join(OUT, "model_config.json"), "w") as f:
     json.dump({"v1/model.safetensors": {"backbone": "DiT", "arch": ARCH_V1},
                "base/model.safetensors": {"backbone": "DiT", "arch": ARCH_BASE},
+               "e2/model.safetensors": {"backbone": "UNetT", "arch": ARCH_E2},
                "text_num_embeds": VOCAB_SIZE, "mel_dim": 100, "mel_spec": MEL,
                "vocab": "f5_tts/infer/examples/vocab.txt (from the f5-tts 1.1.22 wheel)",
                "vocab_sha256": hashlib.sha256(open(VOCAB_FILE, "rb").read()).hexdigest(),
@@ -176,16 +183,19 @@ model = UI.load_model(DiT, dict(ARCH_V1), os.path.join(OUT, "v1", "model.safeten
                       vocab_file=VOCAB_FILE, ode_method="euler", use_ema=True, device="cpu")
 model_base = UI.load_model(DiT, dict(ARCH_BASE), os.path.join(OUT, "base", "model.safetensors"), mel_spec_type="vocos",
                            vocab_file=VOCAB_FILE, ode_method="euler", use_ema=True, device="cpu")
+model_e2 = UI.load_model(UNetT, dict(ARCH_E2), os.path.join(OUT, "e2", "model.safetensors"), mel_spec_type="vocos",
+                         vocab_file=VOCAB_FILE, ode_method="euler", use_ema=True, device="cpu")
 vocoder = UI.load_vocoder("vocos", is_local=True, local_path=os.path.join(OUT, "vocos"), device="cpu")
 # load_model leaves the CFM in training mode (CFM.sample switches to eval itself); the direct DiT calls
 # below must not run its dropout
 model.eval()
 model_base.eval()
-for a, b in ((model, built_v1), (model_base, built_base), (vocoder, built_voc)):
+model_e2.eval()
+for a, b in ((model, built_v1), (model_base, built_base), (model_e2, built_e2), (vocoder, built_voc)):
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
     assert next(a.parameters()).dtype == torch.float32
-del built_v1, built_base, built_voc
+del built_v1, built_base, built_e2, built_voc
 
 # ----------------------------------------------------------------------------------------------------------------
 # 2. synthetic reference audio
@@ -248,7 +258,7 @@ put("unit/dit_x", x_in)
 put("unit/dit_cond", cond_in)
 put("unit/dit_text", txt_ids)
 with torch.inference_mode():
-    for nm, m in (("v1", model), ("base", model_base)):
+    for nm, m in (("v1", model), ("base", model_base), ("e2", model_e2)):
         tr = m.transformer
         put(f"unit/dit_{nm}_cfg_t0.3", tr(x=x_in, cond=cond_in, text=txt_ids, time=torch.tensor(0.3), cfg_infer=True,
                                           cache=False))
@@ -294,7 +304,8 @@ def run_sample(name, m, cond, texts, duration, seed, steps, cfg, sway, lens=None
         out, traj = m.sample(cond=cond, text=py, duration=duration, lens=lens, steps=steps, cfg_strength=cfg,
                              sway_sampling_coef=sway, seed=seed)
     h.remove()
-    case = {"name": name, "kind": "CFM.sample", "model": "v1" if m is model else "base",
+    folder = {id(model): "v1", id(model_base): "base", id(model_e2): "e2"}[id(m)]
+    case = {"name": name, "kind": "CFM.sample", "model": folder,
             "texts": texts, "pinyin": py, "seed": seed, "steps": steps, "cfg_strength": cfg,
             "sway_sampling_coef": sway, "duration": duration if isinstance(duration, int) else duration.tolist(),
             "lens": None if lens is None else lens.tolist(), "use_epss": True,
@@ -326,6 +337,8 @@ run_sample("a_en_s3_nfe8_cfg0", model, ref24, [EN_REF + " " + EN_GEN], D_EN, 3, 
 run_sample("a_en_s3_nfe8_nosway", model, ref24, [EN_REF + " " + EN_GEN], D_EN, 3, 8, 2.0, None)
 run_sample("a_base_en_s0_nfe16", model_base, ref24, [EN_REF + " " + EN_GEN], D_EN, 0, 16, 2.0, -1.0)
 run_sample("a_base_zh_s5_nfe8", model_base, ref24, [ZH_REF + ZH_GEN], D_ZH, 5, 8, 2.0, -1.0)
+run_sample("a_e2_en_s0_nfe16", model_e2, ref24, [EN_REF + " " + EN_GEN], D_EN, 0, 16, 2.0, -1.0)
+run_sample("a_e2_zh_s6_nfe8_cfg0", model_e2, ref24, [ZH_REF + ZH_GEN], D_ZH, 6, 8, 0.0, -1.0)
 
 # ----------------------------------------------------------------------------------------------------------------
 # 5. (b) inference-process paths (utils_infer), default parameters unless stated

@@ -257,9 +257,10 @@ def test_checkpoints_that_are_not_f5tts(tmp_path):
     weights = load_file(str(DATA / "v1" / "model.safetensors"))
     cases = [
         ({"w": torch.zeros(2)}, "has a weight 'w' outside the transformer: not an F5-TTS checkpoint"),
-        ({k: v for k, v in weights.items() if "proj_out" not in k}, "is not an F5-TTS DiT checkpoint \\(E2-TTS"),
+        ({k: v for k, v in weights.items() if "proj_out" not in k},
+         "is neither an F5-TTS \\(DiT\\) nor an E2-TTS \\(UNetT\\) checkpoint"),
         ({k: v for k, v in weights.items() if k != "ema_model.transformer.transformer_blocks.1.ff.ff.2.weight"},
-         "does not fit the F5-TTS DiT it describes \\(missing transformer_blocks.1.ff.ff.2.weight; 1 missing"),
+         "does not fit the DiT it describes \\(missing transformer_blocks.1.ff.ff.2.weight; 1 missing"),
     ]
     for i, (state, message) in enumerate(cases):
         save_file(state, str(tmp_path / f"bad{i}.safetensors"))
@@ -372,9 +373,25 @@ def test_architecture_from_config_name_or_option(tmp_path):
     assert switches(load(copy_model(tmp_path / "x", "v1", folder="F5TTS_Base"))) == new
 
 
+def test_e2tts_unett_loads_and_speaks(tmp_path):
+    """E2-TTS's UNetT is told by its weights; its YAML or E2TTS_Base's defaults give the rest."""
+    from mizuoto.engines.f5tts.unett import UNetT
+
+    with_yaml = load_model("f5tts", DATA / "e2", device="cpu")
+    assert isinstance(with_yaml.state.model, UNetT) and switches(with_yaml) == (False, 1)
+    bare = load_model("f5tts", copy_model(tmp_path, "e2", folder="e2_bare", yaml=False), device="cpu")
+    assert switches(bare) == (False, 1) and bare.state.model.config.skip_connect_type == "concat"
+    speech = say(with_yaml)
+    assert speech.waveform.shape[0] == 1 and bool(speech.waveform.abs().max() > 0)
+    assert torch.equal(say(bare).waveform, speech.waveform)
+    with pytest.raises(CheckpointError, match="holds a UNetT model, not F5TTS_v1_Base; set architecture to auto"):
+        load_model("f5tts", DATA / "e2", device="cpu",
+                   overrides={"engines.f5tts.load_options.architecture": "F5TTS_v1_Base"})
+
+
 def test_unknown_architecture_option():
     with pytest.raises(SettingsError, match="engines.f5tts.load_options.architecture from arguments: expected one "
-                                            "of auto, F5TTS_v1_Base, F5TTS_Base, got 'E2TTS'") as caught:
+                                            "of auto, F5TTS_v1_Base, F5TTS_Base, E2TTS_Base, got 'E2TTS'") as caught:
         load_model("f5tts", DATA / "v1", device="cpu", overrides={"engines.f5tts.load_options.architecture": "E2TTS"})
     one_line(caught)
 
@@ -521,7 +538,7 @@ def test_loader_node_asks_for_the_licence(pack):
     required = inputs["required"]
     assert required["accept_license"][0] == "BOOLEAN" and required["accept_license"][1]["default"] is False
     assert "CC-BY-NC-4.0" in required["accept_license"][1]["tooltip"]
-    assert required["architecture"][0] == ["auto", "F5TTS_v1_Base", "F5TTS_Base"]
+    assert required["architecture"][0] == ["auto", "F5TTS_v1_Base", "F5TTS_Base", "E2TTS_Base"]
     assert required["vocoder"][0] == "STRING" and required["vocoder"][1]["default"] == ""
     assert "policy" in inputs["optional"]
     with pytest.raises(InputError, match="F5-TTS weights are licensed under CC-BY-NC-4.0; turn on accept_license"):

@@ -1,5 +1,6 @@
-"""The F5-TTS solver step as graph segments: the same bits as the DiT's eager forward, with graphs
-emulated on the CPU, and with real CUDA graphs where a GPU is present."""
+"""The F5-TTS solver step as graph segments: the same bits as the model's eager forward (DiT, and
+E2-TTS's UNetT whose skips ride along the segments), with graphs emulated on the CPU, and with real
+CUDA graphs where a GPU is present."""
 
 import pytest
 import torch
@@ -8,17 +9,22 @@ from helpers import EmulatedGraphs
 from mizuoto.engines.f5tts import flow
 from mizuoto.engines.f5tts.dit import DiT, DiTConfig
 from mizuoto.engines.f5tts.steps import solver_step
+from mizuoto.engines.f5tts.unett import UNetT, UNetTConfig
 
 CONFIGS = {
     "v1": DiTConfig(dim=64, depth=2, heads=4, dim_head=16, ff_mult=2, text_dim=32, conv_layers=2, text_num_embeds=100),
     "base": DiTConfig(dim=64, depth=3, heads=4, dim_head=16, ff_mult=2, text_dim=32, conv_layers=2,
                       text_num_embeds=100, text_mask_padding=False, pe_attn_head=1),
+    "e2": UNetTConfig(dim=64, depth=4, heads=4, dim_head=16, ff_mult=2, text_num_embeds=100),
+    "e2-add": UNetTConfig(dim=64, depth=4, heads=4, dim_head=16, ff_mult=2, text_num_embeds=100, conv_layers=2,
+                          text_dim=32, skip_connect_type="add"),
 }
 
 
 def random_dit(name: str, device="cpu") -> DiT:
     torch.manual_seed(0)
-    model = DiT(CONFIGS[name]).eval()
+    config = CONFIGS[name]
+    model = (UNetT(config) if isinstance(config, UNetTConfig) else DiT(config)).eval()
     with torch.no_grad():
         for p in model.parameters():  # upstream zero-initialises the modulations and the output
             p.copy_(torch.randn_like(p) * 0.2)

@@ -51,7 +51,8 @@ def main() -> dict:
     torch.set_num_threads(1)
     info = json.loads((DATA / "references.json").read_text())
     refs = load_file(str(DATA / "references.safetensors"))
-    models = {name: load_model("f5tts", DATA / name / "model.safetensors", device="cpu") for name in ("v1", "base")}
+    models = {name: load_model("f5tts", DATA / name / "model.safetensors", device="cpu")
+              for name in ("v1", "base", "e2")}
     results = {}
     with torch.inference_mode():
         v1 = models["v1"].state

@@ -3,7 +3,8 @@ by sample, on tiny random models in the published layouts.
 
 The references in data/f5tts were written by scripts/parity/f5tts_references.py, which builds the models
 with upstream's classes (re-randomising every layer upstream zero-initialises), loads them back through
-upstream's loaders and runs upstream's code: the DiT, the flow sampler (EPSS and uniform grids, sway,
+upstream's loaders and runs upstream's code: the DiT (F5TTS_v1_Base's and F5TTS_Base's structure), the
+UNetT (E2TTS_Base's), the flow sampler (EPSS and uniform grids, sway,
 guidance on and off), the vocoder, the resampler, `infer_batch_process` (chunks, durations, fixed
 duration, loudness, cross-fades) and the API path after upstream's pydub preprocessing. Both sides
 run at one thread with ATEN_CPU_CAPABILITY=avx2 (recorded in references.json), so the comparison runs
@@ -39,7 +40,7 @@ def results():
 def expected_outputs() -> list[str]:
     info = json.loads((DATA / "references.json").read_text())
     names = ["unit/cond_mel", "unit/vocos", "unit/resample"]
-    names += [f"unit/dit_{m}_{kind}" for m in ("v1", "base") for kind in ("guided", "plain", "dropped")]
+    names += [f"unit/dit_{m}_{kind}" for m in ("v1", "base", "e2") for kind in ("guided", "plain", "dropped")]
     for case in info["cases"]:
         names += [f"{case['name']}/mel", f"{case['name']}/wave"] if case["kind"] == "CFM.sample" else \
             [f"{case['name']}/wave"]
