@@ -614,3 +614,29 @@ def test_example_workflow_runs_on_the_node_classes(pack, v1):
     want = speak(v1, speaker["inputs"]["text"], seed=speaker["inputs"]["seed"], params=params, reference=(wave, rate),
                  reference_text=speaker["inputs"]["reference_text"]).waveform
     assert saved["sample_rate"] == RATE and torch.equal(saved["waveform"][0], want)
+
+
+def test_compile_runs_the_dit_and_the_vocoder_through_compiled_modules(monkeypatch):
+    """compute.compile: each solver step calls the compiled DiT, each chunk the compiled vocoder (here a
+    recording stand-in for torch.compile; the benchmark measures the real one), and turning it off on
+    the same weights (a rebind) goes back to the exact path."""
+    made = []
+
+    def fake_compile(module, dynamic=None):
+        calls = []
+
+        def run(*args, **kwargs):
+            calls.append(type(module).__name__)
+            return module(*args, **kwargs)
+
+        made.append(calls)
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    compiled = load_model("f5tts", DATA / "v1", device="cpu", overrides={"compute.compile": True})
+    speech = say(compiled, nfe_step=8)
+    assert sorted(calls[0] for calls in made) == ["DiT", "Vocos"]
+    assert sorted(len(calls) for calls in made) == [1, 8]  # one vocoder call, one DiT call per step
+    exact = load_model("f5tts", DATA / "v1", device="cpu")
+    assert exact.state.model is compiled.state.model and exact.state.compiled_model is None
+    assert torch.equal(say(exact, nfe_step=8).waveform, speech.waveform)  # the stand-in runs the same modules
