@@ -7,14 +7,8 @@ Reproduces f5-tts 1.1.22's `infer_batch_process` (checked by `scripts/parity/f5t
 - `restore_loudness`: each generated chunk scaled back by the same factor;
 - `cross_fade`: the chunks joined with linear cross-fades.
 
-Not reproduced: what `preprocess_ref_audio_text` does to the reference *file* before that. With pydub
-(ffmpeg) it cuts the audio at long silences to keep at most ~12 s (then at short silences, then hard at
-12 s), trims leading and trailing silence below -42 dBFS, appends 50 ms of silence, and writes and
-re-reads a WAV (quantising to the file's sample width). These need ffmpeg's decoding and pydub's dBFS
-silence detector on integer samples, and they change what the user gave; Mizuoto uses the reference
-audio as given, so upstream's output is matched for a reference that comes out of that step unchanged
-(a short, already trimmed clip), or when both are given the same prepared clip. The transcript part of
-that function (appending a sentence end) is in `text.py`.
+Before that, `preprocess_ref_audio_text`'s audio steps (cut at silences to about 12 s, silent edges
+trimmed, padding, 16-bit samples) are in `silence.py`; its transcript step (a sentence end) in `text.py`.
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ ENGINE = EngineSpec(
         Option("vocoder", str, "", None, "folder of the Vocos mel-24khz vocoder (config.yaml + pytorch_model.bin); "
                "empty: vocos/ beside the checkpoint"),
     ),
-    # upstream's preprocessing clips references to about 12 s; longer ones crowd out the text
-    reference=Reference(0.5, 30.0, transcript=True, help="a recording of the voice to clone"),
+    # upstream's preprocessing (trim_reference) clips references to about 12 s
+    reference=Reference(0.5, 30.0, transcript=True, channels=True, help="a recording of the voice to clone"),
     # upstream's infer_process defaults
     speak_params=(
         Param("speed", float, 1.0, "speaking rate: 2.0 is twice as fast", min=0.3, max=3.0, step=0.05),
@@ -30,6 +30,8 @@ ENGINE = EngineSpec(
               max=1.0, step=0.1),
         Param("fix_duration", float, 0.0, "fixed length in seconds, reference included (0: estimated from the "
               "text)", min=0.0, max=300.0, step=0.1),
+        Param("trim_reference", bool, True, "clip the reference to about 12 s at a silence and trim its silent "
+              "edges, as upstream's preprocessing does"),
         Param("cross_fade_duration", float, 0.15, "seconds of cross-fade between chunks of long text", min=0.0,
               max=1.0, step=0.01),
     ),

@@ -4,10 +4,11 @@
     reference text + text ─ chunks ─ per chunk: pinyin/characters ─ ids ┴─ flow sampling (DiT)
         ─ generated frames ─ Vocos ─ loudness back ─ cross-fade the chunks ─ 24 kHz audio
 
-Upstream runs the chunks on a thread pool that draws their noise from the global generator in the
-order the threads get to it (in practice the chunk order); here they run one after the other, drawing
-from the request's generator in chunk order. Upstream's `preprocess_ref_audio_text` also trims
-silences and clips long references with pydub (ffmpeg); that is left to the user here (see text.py).
+The reference first goes through upstream's `preprocess_ref_audio_text` audio steps (silence.py:
+clipped to about 12 s at a silence, silent edges trimmed, padded, as 16-bit samples), unless the
+`trim_reference` parameter is off. Upstream runs the chunks on a thread pool that draws their noise
+from the global generator in the order the threads get to it (in practice the chunk order); here they
+run one after the other, drawing from the request's generator in chunk order.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from mizuoto.host.handles import ModelHandle
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
 
-from . import audio, checkpoint, flow, text
+from . import audio, checkpoint, flow, silence, text
 from .dit import DiT
 from .mel import log_mel
 from .steps import solver_step
@@ -120,7 +121,10 @@ def speak(loaded: F5Loaded, gen_text: str, ctx: RequestContext, params: dict,
     if not gen_text.strip():
         raise InputError("the text is empty; give some words to speak")
     wave, rate = reference
-    ref_24k, rms = audio.prepare_reference(wave.cpu(), rate)  # on the CPU, as upstream
+    wave = wave.cpu()
+    if params["trim_reference"]:
+        wave, rate = silence.trim_reference(wave, rate), silence.output_rate(rate)
+    ref_24k, rms = audio.prepare_reference(wave, rate)  # on the CPU, as upstream
     chunks = text.plan_chunks(reference_text or "", gen_text, ref_samples=wave.shape[-1], sample_rate=rate,
                               ref_samples_24k=ref_24k.shape[-1], speed=params["speed"],
                               fix_duration=params["fix_duration"] or None,

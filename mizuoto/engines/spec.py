@@ -54,9 +54,11 @@ class Reference:
     max_seconds: float
     transcript: bool = False  # whether the engine reads the reference's transcript
     help: str = "a recording of the voice to speak with"
+    channels: bool = False  # the engine takes every channel (it mixes them down itself, as its upstream)
 
     def check(self, waveform, sample_rate: int):
-        """(channels, samples) or (samples,) audio -> mono float32 (samples,); one-line errors."""
+        """(channels, samples) or (samples,) audio -> mono float32 (samples,), or float32 (channels,
+        samples) for an engine that takes `channels`; one-line errors."""
         import torch
 
         if waveform.dim() == 3:
@@ -71,10 +73,10 @@ class Reference:
         if not self.min_seconds <= seconds <= self.max_seconds:
             raise InputError(f"reference audio is {seconds:.2f} s long; give one between {self.min_seconds:g} "
                              f"and {self.max_seconds:g} seconds")
-        mono = waveform.to(torch.float32).mean(dim=0)
-        if not bool(torch.isfinite(mono).all()):
+        waveform = waveform.to(torch.float32)
+        if not bool(torch.isfinite(waveform).all()):
             raise InputError("reference audio contains NaN or infinite samples")
-        return mono
+        return waveform if self.channels else waveform.mean(dim=0)
 
 
 SPEAK, TRANSCRIBE = "speak", "transcribe"

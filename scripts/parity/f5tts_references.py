@@ -397,6 +397,8 @@ sil = torch.zeros(int(0.4 * 16000))
 stereo = torch.stack([torch.cat([sil, left, sil]), torch.cat([sil, right, sil])], dim=1).numpy()  # (n, 2)
 wav_path = os.path.join(OUT, "ref_16k_stereo.wav")
 sf.write(wav_path, stereo, 16000, subtype="PCM_16")
+# the file as a host hands it over (16-bit samples / 32768): Mizuoto's whole path starts from it
+put("audio/ref_16k_stereo", sf.read(wav_path, dtype="float32", always_2d=True)[0].T)
 
 for name, ref_text, gen, seed, extra in (
     ("b2_en_api_s0", "Some call me nature, others call me mother nature", EN_LONG, 0, {"nfe_step": 8}),
@@ -410,7 +412,8 @@ for name, ref_text, gen, seed, extra in (
                            show_info=lambda *a: None, progress=None, device="cpu", **extra)
     ref_sec = pp_audio.shape[-1] / pp_sr
     mc = int(len(ref_text_pp.encode("utf-8")) / ref_sec * (22 - ref_sec) * 1.0)
-    meta = {"ref_audio_file": "ref_16k_stereo.wav", "ref_text_in": ref_text, "ref_text_after_preprocess": ref_text_pp,
+    meta = {"ref_audio_file": "ref_16k_stereo.wav", "original": "audio/ref_16k_stereo", "original_sr": 16000,
+            "ref_text_in": ref_text, "ref_text_after_preprocess": ref_text_pp,
             "gen_text": gen, "seed_everything": seed, "max_chars": mc, "gen_text_batches": UI.chunk_text(gen, mc),
             "preprocessed_sr": pp_sr, "preprocessed_shape": list(pp_audio.shape),
             "options": dict({"nfe_step": 32, "cfg_strength": 2.0, "sway_sampling_coef": -1, "speed": 1,

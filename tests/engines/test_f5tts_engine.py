@@ -45,7 +45,10 @@ def voice(seconds=1.0, rate=RATE, channels=1, seed=0):
 
 
 def say(loaded, words=TEXT, seed=1, reference=None, reference_text=REF_TEXT, ctx=None, **params):
+    """Speech with the reference as given (trim_reference off: lengths are then known from it; the
+    trimming has its own tests and the parity suite runs upstream's whole path with it)."""
     params.setdefault("nfe_step", 8)
+    params.setdefault("trim_reference", False)
     return speak(loaded, words, seed=seed, params=params, ctx=ctx, reference=reference or voice(),
                  reference_text=reference_text)
 
@@ -216,7 +219,7 @@ def test_input_errors(v1):
         (dict(reference_text=" \n"), "F5-TTS needs the reference audio's transcript"),
         (dict(text=""), "the text is empty; give some words to speak"),
         (dict(text="  \t\n"), "the text is empty"),
-        (dict(reference=(torch.zeros(1, RATE), RATE)), "reference audio is silent or not finite"),
+        (dict(reference=(torch.zeros(1, RATE), RATE)), "reference audio is silent \\(no 10 ms reaches -42 dBFS\\)"),
         (dict(reference=voice(0.3)), "reference audio is 0.30 s long; give one between 0.5 and 30 seconds"),
         (dict(params={"nfe_step": 0}), "nfe_step must be between 1 and 128, got 0"),
         (dict(params={"temperature": 0.7}), "engine f5tts has no parameter 'temperature'"),
@@ -473,7 +476,7 @@ def test_cli_say(tmp_path, capsys, v1):
     assert report["engine"] == "f5tts" and report["seed"] == 3 and report["output"] == str(out)
     assert report["speak"]["nfe_step"] == 8 and report["sample_rate"] == RATE
     waveform, rate = wav.read(out)
-    want = say(v1, "Hello from the command line.", seed=3, reference=reference).waveform
+    want = say(v1, "Hello from the command line.", seed=3, reference=reference, trim_reference=True).waveform
     assert rate == RATE and waveform.shape == want.shape == (1, report["samples"])
     torch.testing.assert_close(waveform, want, rtol=0, atol=1.5 / 32768)  # pcm16
     # No transcript: one line, exit status 2, no file.
@@ -560,7 +563,7 @@ def test_speak_node_with_reference_audio(pack, v1):
     defaults = {name: spec[1]["default"] for name, spec in inputs["required"].items()
                 if name not in ("model", "text", "seed")}
     assert defaults == {"speed": 1.0, "nfe_step": 32, "cfg_strength": 2.0, "sway_sampling_coef": -1.0,
-                        "fix_duration": 0.0, "cross_fade_duration": 0.15}
+                        "fix_duration": 0.0, "trim_reference": True, "cross_fade_duration": 0.15}
     (model,) = loader.load(str(DATA / "v1"), "cpu", "float32", accept_license=True, architecture="auto", vocoder="")
     wave, rate = voice(1.0, rate=16000, channels=2)
     audio = {"waveform": wave[None], "sample_rate": rate}  # ComfyUI's AUDIO: (batch, channels, samples)
@@ -640,3 +643,17 @@ def test_compile_runs_the_dit_and_the_vocoder_through_compiled_modules(monkeypat
     exact = load_model("f5tts", DATA / "v1", device="cpu")
     assert exact.state.model is compiled.state.model and exact.state.compiled_model is None
     assert torch.equal(say(exact, nfe_step=8).waveform, speech.waveform)  # the stand-in runs the same modules
+
+
+def test_the_reference_is_trimmed_as_upstream_preprocesses_it_by_default(v1):
+    """Silence around a reference goes (upstream's pydub steps, silence.py): a voice padded with a
+    second of silence on each side speaks exactly as the voice itself; untrimmed, it does not."""
+    wave, rate = voice()
+    padded = torch.nn.functional.pad(wave, (rate, rate))
+    trimmed = say(v1, reference=(padded, rate), trim_reference=True).waveform
+    assert torch.equal(trimmed, say(v1, reference=(wave, rate), trim_reference=True).waveform)
+    assert not torch.equal(trimmed, say(v1, reference=(padded, rate)).waveform)
+    assert v1.spec.speak_defaults()["trim_reference"] is True
+    with pytest.raises(InputError, match="silent") as caught:
+        say(v1, reference=(torch.zeros(1, rate), rate), trim_reference=True)
+    one_line(caught)

@@ -98,15 +98,22 @@ def main() -> dict:
                                         RequestContext(case["seed_everything"]), params)
                 joined = audio.cross_fade(waves, engine.SAMPLE_RATE, options["cross_fade_duration"])
                 results[f"{name}/wave"] = difference(joined.astype(np.float32), refs[case["tensors"]["final_wave"]])
-            else:  # the whole API path after upstream's pydub preprocessing: our speak() from the host
+            else:  # upstream's whole API path from the file: our speak() from the host, trimming included
                 from mizuoto.host import speak
 
-                reference = torch.from_numpy(refs[case["tensors_preprocessed_ref"]]), case["preprocessed_sr"]
                 options = case["options"]
+                params = {"nfe_step": options["nfe_step"], "speed": options["speed"]}
+                original = torch.from_numpy(refs[case["original"]]), case["original_sr"]
+                speech = speak(models["v1"], case["gen_text"], seed=case["seed_everything"], reference=original,
+                               reference_text=case["ref_text_in"], params=params)
+                results[f"{name}/wave"] = difference(speech.waveform[0], refs[case["tensors"]["final_wave"]])
+                # and from upstream's preprocessed file, with our trimming off
+                reference = torch.from_numpy(refs[case["tensors_preprocessed_ref"]]), case["preprocessed_sr"]
                 speech = speak(models["v1"], case["gen_text"], seed=case["seed_everything"], reference=reference,
                                reference_text=case["ref_text_after_preprocess"],
-                               params={"nfe_step": options["nfe_step"], "speed": options["speed"]})
-                results[f"{name}/wave"] = difference(speech.waveform[0], refs[case["tensors"]["final_wave"]])
+                               params=dict(params, trim_reference=False))
+                results[f"{name}/wave_from_preprocessed"] = difference(speech.waveform[0],
+                                                                       refs[case["tensors"]["final_wave"]])
     return results
 
 

@@ -6,7 +6,8 @@ with upstream's classes (re-randomising every layer upstream zero-initialises), 
 upstream's loaders and runs upstream's code: the DiT (F5TTS_v1_Base's and F5TTS_Base's structure), the
 UNetT (E2TTS_Base's), the flow sampler (EPSS and uniform grids, sway,
 guidance on and off), the vocoder, the resampler, `infer_batch_process` (chunks, durations, fixed
-duration, loudness, cross-fades) and the API path after upstream's pydub preprocessing. Both sides
+duration, loudness, cross-fades) and the API path from a 16 kHz stereo file (pydub's trimming
+included, and again from upstream's trimmed file). Both sides
 run at one thread with ATEN_CPU_CAPABILITY=avx2 (recorded in references.json), so the comparison runs
 in its own process where that level can be set before torch loads.
 """
@@ -42,8 +43,12 @@ def expected_outputs() -> list[str]:
     names = ["unit/cond_mel", "unit/vocos", "unit/resample"]
     names += [f"unit/dit_{m}_{kind}" for m in ("v1", "base", "e2") for kind in ("guided", "plain", "dropped")]
     for case in info["cases"]:
-        names += [f"{case['name']}/mel", f"{case['name']}/wave"] if case["kind"] == "CFM.sample" else \
-            [f"{case['name']}/wave"]
+        if case["kind"] == "CFM.sample":
+            names += [f"{case['name']}/mel", f"{case['name']}/wave"]
+        elif case["kind"] == "infer_batch_process":
+            names += [f"{case['name']}/wave"]
+        else:  # the API path: from the original file, and from upstream's preprocessed one
+            names += [f"{case['name']}/wave", f"{case['name']}/wave_from_preprocessed"]
     return names
 
 
