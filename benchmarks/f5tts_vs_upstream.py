@@ -116,7 +116,7 @@ def ours_run(folder: Path, ref: torch.Tensor, nfe: int, seed: int, policy: str |
 
     def run():
         return speak(loaded, GEN_TEXT, seed=seed, reference=(ref[0], 24000), reference_text=REF_TEXT,
-                     params={"nfe_step": nfe}).waveform[0]
+                     params={"nfe_step": nfe, "trim_reference": False}).waveform[0]  # as infer_batch_process
 
     return run
 
