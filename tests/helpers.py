@@ -10,7 +10,8 @@ from mizuoto.runtime import graphs as graphs_mod
 from mizuoto.runtime.graphs import Graph, Graphs
 
 # Ops that copy a value from the device to the host (each one waits for the device).
-HOST_READS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.equal.default",
+# (`int(tensor)` under inference mode dispatches as aten.item.)
+HOST_READS = {"aten._local_scalar_dense.default", "aten.item.default", "aten.nonzero.default", "aten.equal.default",
               "aten.is_nonzero.default", "aten._assert_async.default", "aten._assert_async.msg"}
 
 

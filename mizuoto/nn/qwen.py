@@ -163,9 +163,10 @@ def rms_normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class QwenAttention(nn.Module):
-    def __init__(self, config: QwenConfig, index: int):
+    def __init__(self, config: QwenConfig, index: int, site: accel.Site = ATTN):
         super().__init__()
         self.index = index
+        self.site = site  # engines name their own decoders' call sites (QwenDecoder's `site`)
         self.heads, self.kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.scaling = config.head_dim ** -0.5
         hidden = config.hidden_size
@@ -216,7 +217,7 @@ class QwenAttention(nn.Module):
     def attend(self, q, k, v, cache: KVCache, mask: Masked) -> torch.Tensor:
         """Write this step's keys, attend over all of them -> (B, L, H * D) before o_proj."""
         keys, values = cache.write(self.index, k, v)
-        out = accel.attention(q, keys, values, site=ATTN, mask=mask.dense, causal=mask.causal,
+        out = accel.attention(q, keys, values, site=self.site, mask=mask.dense, causal=mask.causal,
                               scale=self.scaling, enable_gqa=self.heads != self.kv_heads, mask_info=mask.info)
         return out.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
 
@@ -240,10 +241,10 @@ class QwenMLP(nn.Module):
 class QwenLayer(nn.Module):
     """One decoder layer, split at its attention call: before -> attend -> after."""
 
-    def __init__(self, config: QwenConfig, index: int):
+    def __init__(self, config: QwenConfig, index: int, site: accel.Site = ATTN):
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = QwenAttention(config, index)
+        self.self_attn = QwenAttention(config, index, site)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = QwenMLP(config)
 
@@ -264,11 +265,14 @@ class QwenLayer(nn.Module):
 
 
 class QwenDecoder(nn.Module):
-    def __init__(self, config: QwenConfig):
+    """`site`: the attention call site of this decoder's layers (the shared `qwen.attn` by default; an
+    engine with several decoders gives each its own, so reports and policies tell them apart)."""
+
+    def __init__(self, config: QwenConfig, site: accel.Site = ATTN):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size) if config.vocab_size else None
-        self.layers = nn.ModuleList(QwenLayer(config, i) for i in range(config.num_layers))
+        self.layers = nn.ModuleList(QwenLayer(config, i, site) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = Rotary(config.head_dim, config.rope_theta)
         self.fused_projections = False
