@@ -39,6 +39,7 @@ from .codec_layers import (
     SplitResidualQuantizer,
 )
 from .codec_transformer import CodecTransformer
+from .encoder_weights import assign
 
 CHUNK_SIZE = 300  # frames per chunk in upstream's chunked_decode
 LEFT_CONTEXT = 25  # frames of left context decoded again before each chunk but the first
@@ -270,20 +271,10 @@ def load_codec_decoder(folder: Path | str, device="cpu", dtype: torch.dtype = to
     # Built on the meta device: no random initialisation (it would draw from the global generator).
     with torch.device("meta"):
         model = CodecDecoder(config)
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
-    wrong = [f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}" for k, v in expected.items()
-             if k in state and state[k].shape != v.shape]
-    if missing or unexpected or wrong:
-        first = (f"missing {PREFIX}{missing[0]}" if missing else f"unexpected {PREFIX}{unexpected[0]}" if unexpected
-                 else f"{PREFIX}{wrong[0]} expected")
-        raise CheckpointError(f"{path} does not fit its config.json ({first}; {len(missing)} missing, "
-                              f"{len(unexpected)} unexpected, {len(wrong)} wrongly shaped tensors)")
     # The file's own tensors become the parameters, as transformers leaves them when no cast or move is
     # needed: they sit at the file's offsets, not 64-byte aligned, and on the CPU a one-frame window's
     # matrix-vector products round differently at another alignment (1e-7; longer windows do not care).
-    model.load_state_dict(state, assign=True)
+    assign(model, state, PREFIX, f"{path} (with its config.json)")
     model.pre_transformer.reset_buffers()
     model = model.to(device=device, dtype=dtype)  # a cast or a move copies, as it does upstream
     model.pre_transformer.reset_buffers()  # float32 RoPE frequencies, as upstream keeps them
