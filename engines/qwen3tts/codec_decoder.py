@@ -22,7 +22,7 @@ Parameter names are upstream's: `load_codec_decoder` loads the `decoder.*` tenso
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -87,16 +87,18 @@ class CodecDecoder(nn.Module):
     # -- whole utterances ----------------------------------------------------------------------------
 
     def chunked_decode(self, codes: torch.Tensor, chunk_size: int = CHUNK_SIZE,
-                       left_context: int = LEFT_CONTEXT) -> torch.Tensor:
+                       left_context: int = LEFT_CONTEXT, window: Callable | None = None) -> torch.Tensor:
         """codes (B, Q, T) -> (B, 1, T * samples_per_frame): upstream's chunked_decode. Chunks of
         `chunk_size` frames from the start; each but the first is decoded after min(left_context,
-        start) earlier frames, whose samples are cut."""
+        start) earlier frames, whose samples are cut. `window` decodes one window instead of this
+        module's forward (its compiled form, under compute.compile)."""
+        window = window or self
         tables = self.quantizer.tables()
         waves, start, total = [], 0, codes.shape[-1]
         while start < total:
             end = min(start + chunk_size, total)
             context = min(left_context, start)
-            wave = self(codes[..., start - context:end], tables)
+            wave = window(codes[..., start - context:end], tables)
             waves.append(wave[..., context * self.samples_per_frame:])
             start = end
         if not waves:
@@ -105,14 +107,15 @@ class CodecDecoder(nn.Module):
 
     @torch.no_grad()
     def decode(self, codes: torch.Tensor, chunk_size: int = CHUNK_SIZE,
-               left_context: int = LEFT_CONTEXT) -> torch.Tensor:
+               left_context: int = LEFT_CONTEXT, window: Callable | None = None) -> torch.Tensor:
         """codes (B, Q, T) long -> wave (B, T * samples_per_frame) float32, chunked as upstream."""
         codes = self.check_codes(codes)
         _check_chunking(chunk_size, left_context)
-        return self.chunked_decode(codes, chunk_size, left_context)[:, 0].float()
+        return self.chunked_decode(codes, chunk_size, left_context, window)[:, 0].float()
 
     @torch.no_grad()
-    def decode_utterances(self, codes: Sequence[torch.Tensor] | torch.Tensor) -> list[torch.Tensor]:
+    def decode_utterances(self, codes: Sequence[torch.Tensor] | torch.Tensor,
+                          window: Callable | None = None) -> list[torch.Tensor]:
         """Upstream's tokenizer decode: a list of (T_i, Q) code tensors (or one (B, T, Q) tensor padded
         with -1 at the end) -> one float32 wave of T_i * decode_upsample_rate samples per utterance.
 
@@ -134,13 +137,14 @@ class CodecDecoder(nn.Module):
             lengths = [c.shape[0] for c in items]
             padded = nn.utils.rnn.pad_sequence([c.to(self.device) for c in items], batch_first=True,
                                                padding_value=-1)
-        waves = self.chunked_decode(self.check_codes(padded.clamp(min=0).transpose(1, 2)))[:, 0]
+        waves = self.chunked_decode(self.check_codes(padded.clamp(min=0).transpose(1, 2)), window=window)[:, 0]
         rate = self.config.decode_upsample_rate
         return [wave[: n * rate].float() for wave, n in zip(waves, lengths, strict=True)]
 
-    def stream(self, batch: int = 1, chunk_size: int = CHUNK_SIZE, left_context: int = LEFT_CONTEXT) -> "CodecStream":
+    def stream(self, batch: int = 1, chunk_size: int = CHUNK_SIZE, left_context: int = LEFT_CONTEXT,
+               window: Callable | None = None) -> "CodecStream":
         """A decoder for frames as they arrive (see CodecStream)."""
-        return CodecStream(self, batch, chunk_size, left_context)
+        return CodecStream(self, batch, chunk_size, left_context, window)
 
     # -- checks and properties -----------------------------------------------------------------------
 
@@ -186,9 +190,10 @@ class CodecStream:
     """
 
     def __init__(self, decoder: CodecDecoder, batch: int = 1, chunk_size: int = CHUNK_SIZE,
-                 left_context: int = LEFT_CONTEXT):
+                 left_context: int = LEFT_CONTEXT, window: Callable | None = None):
         _check_chunking(chunk_size, left_context)
         self.decoder, self.chunk_size, self.left_context = decoder, chunk_size, left_context
+        self.window = window or decoder
         q = decoder.config.num_quantizers
         self.held = torch.zeros((batch, q, 0), dtype=torch.long, device=decoder.device)
         self.context = 0  # leading frames of `held` already decoded (the next chunk's left context)
@@ -218,7 +223,7 @@ class CodecStream:
 
     def _decode(self, frames: int) -> torch.Tensor:
         end = self.context + frames
-        wave = self.decoder(self.held[..., :end], self.tables)[:, 0, self.context * self.decoder.samples_per_frame:]
+        wave = self.window(self.held[..., :end], self.tables)[:, 0, self.context * self.decoder.samples_per_frame:]
         self.emitted += frames
         keep = min(self.left_context, self.emitted)  # upstream: min(left_context, chunk start)
         self.held = self.held[..., end - keep:]

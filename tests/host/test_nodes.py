@@ -39,7 +39,8 @@ def widgets(cls):
 
 
 NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
-         "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak"}
+         "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
+         "MizuotoQwen3TTSSpeak"}
 
 
 def test_mappings_and_display_names(pack):
