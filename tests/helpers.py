@@ -93,3 +93,42 @@ def save_upstream_whisper(model, dims: dict, path):
     """An openai-format .pt checkpoint of `model`."""
     torch.save({"dims": dims, "model_state_dict": model.state_dict()}, path)
     return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parity against references written at one thread and ATEN_CPU_CAPABILITY=avx2 (ENGINES.md §1): the
+# comparison runs in a process pinned the same way, since torch reads the level once, when it loads.
+
+
+def run_pinned(script, *args, timeout: int = 600) -> dict:
+    """`python script *args` at one thread and ATEN_CPU_CAPABILITY=avx2 -> the JSON of its last line."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    require_avx2()
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def require_avx2() -> None:
+    """Skip where the pinned level cannot exist (references are from x86-64 AVX2 kernels)."""
+    import pytest
+
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the references were computed on x86-64 with AVX2 kernels")
+
+
+def fingerprint(t: torch.Tensor) -> dict:
+    """Shape, sha256 of the bytes and sum of a tensor: a compact golden value."""
+    import hashlib
+
+    import numpy as np
+
+    a = t.detach().contiguous().cpu().numpy()
+    return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
+            "sum": round(float(a.astype(np.float64).sum()), 6)}

@@ -14,8 +14,6 @@ site, and every way a checkpoint folder or the codes can be wrong.
 import hashlib
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +26,10 @@ from mizuoto.engines.qwen3tts.codec_config import CodecDecoderConfig
 from mizuoto.engines.qwen3tts.codec_decoder import CodecDecoder, load_codec_decoder
 from mizuoto.runtime.accel import dispatch, policy_for
 from mizuoto.runtime.context import RequestContext
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 
@@ -193,12 +195,7 @@ def our_golden() -> dict:
 
 @pytest.fixture(scope="module")
 def ours_pinned():
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        pytest.skip("the references were computed on x86-64 with AVX2 kernels")
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_pinned(__file__, timeout=300)
 
 
 @pytest.mark.parametrize("case", list(GOLDEN_CASES))

@@ -17,13 +17,15 @@ Streaming: `speak_stream` pieces, concatenated, against the same waves.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 
@@ -110,11 +112,7 @@ def compare(data: Path) -> dict:
 def results():
     info = json.loads((DATA / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, __file__, str(DATA)], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_pinned(__file__, DATA)
 
 
 def test_every_single_utterance_case_is_compared(results):

@@ -20,8 +20,6 @@ growing without changing anything, the errors.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +29,10 @@ import torch
 
 from mizuoto.engines.qwen3tts import checkpoint, generate, prompt
 from mizuoto.engines.qwen3tts.config import GenerationSettings, small_config
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import run_pinned  # noqa: E402
 
 IM_START, IM_END, NL, ASSISTANT, USER = 193, 194, 10, 21, 22  # small_config's text vocabulary
 # per kind: (codebooks per frame, predictor width, attention bias, weights seed); voice_design's predictor
@@ -214,20 +216,16 @@ def compare_references(data: Path) -> dict:
 def test_identical_to_the_reference_data(tmp_path):
     info = json.loads((REFERENCES / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    results = run_pinned("references", REFERENCES)
+    results = run_self_pinned("references", REFERENCES)
     expected = {f"{case['name']}/{key}" for case in info["cases"] for key in case["tensors"]
                 if not key.startswith(("wav_", "input_ids_", "instruct_ids_", "ref_"))}
     assert set(results) == expected
     assert [name for name, same in results.items() if not same] == []
 
 
-def run_pinned(what: str, where: Path) -> dict:
+def run_self_pinned(what: str, where: Path) -> dict:
     """This file as a script in a process at one thread and ATEN_CPU_CAPABILITY=avx2 -> its JSON."""
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, __file__, what, str(where)], capture_output=True, text=True, env=env,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_pinned(__file__, what, where)
 
 
 def frames(row: str) -> list[list[int]]:
@@ -236,7 +234,7 @@ def frames(row: str) -> list[list[int]]:
 
 
 def test_identical_to_the_golden_codes(tmp_path):
-    ours = run_pinned("golden", tmp_path)
+    ours = run_self_pinned("golden", tmp_path)
     assert set(ours) == set(GOLDEN)
     for name, expected in GOLDEN.items():
         got = ours[name]

@@ -14,13 +14,10 @@ and trimming, the released configuration and key layout, and every way an input 
 import hashlib
 import json
 import math
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -32,6 +29,10 @@ from mizuoto.engines.qwen3tts.mimi_encoder import MimiConv1d, MimiEncoder, load_
 from mizuoto.engines.qwen3tts.ref_audio import at_rate
 from mizuoto.runtime.accel import dispatch, policy_for
 from mizuoto.runtime.context import RequestContext
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import fingerprint, run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 BASE = DATA / "base"
@@ -62,12 +63,6 @@ RELEASED = {"model_type": "qwen3_tts_tokenizer_12hz", "encoder_valid_num_quantiz
             "encoder_config": {"_frame_rate": 12.5, "codebook_size": 2048, "codebook_dim": 256, "num_quantizers": 32,
                                "hidden_size": 512, "upsampling_ratios": [8, 6, 5, 4], "sliding_window": 250}}
 RELEASED_LAYOUT = (225, 56234304)
-
-
-def fingerprint(t: torch.Tensor) -> dict:
-    a = t.detach().contiguous().cpu().numpy()
-    return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-            "sum": round(float(a.astype(np.float64).sum()), 6)}
 
 
 def ours_pinned_results() -> dict:
@@ -105,15 +100,7 @@ def _compared(codes: torch.Tensor, reference: torch.Tensor) -> dict:
 def ours_pinned():
     info = json.loads((DATA / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _x86():
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        pytest.skip("the references were computed on x86-64 with AVX2 kernels")
+    return run_pinned(__file__, timeout=300)
 
 
 @pytest.mark.parametrize("key", [k for keys in CODES.values() for k in keys] + BATCH_CODES)
@@ -125,7 +112,6 @@ def test_codes_identical_to_upstream(ours_pinned, key):
 
 @pytest.mark.parametrize("name", list(GOLDEN_LATENTS))
 def test_latents_identical_to_upstream(ours_pinned, name):
-    _x86()
     got, want = ours_pinned[f"latents/{name}"], GOLDEN_LATENTS[name]
     changed = got["weights_sha256"] != want["weights_sha256"] or got["audio_sha256"] != want["audio_sha256"]
     assert not changed, "the test model or references changed: rerun scripts/parity/qwen3tts_mimi_live.py --golden"

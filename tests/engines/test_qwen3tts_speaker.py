@@ -9,10 +9,7 @@ script's --golden mode). Then, in process: the filter bank, frame counts, the pu
 resampling lengths, loading and every way an input or a folder can be wrong.
 """
 
-import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +22,10 @@ from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.engines.qwen3tts import speaker_mel
 from mizuoto.engines.qwen3tts.ref_audio import at_rate, librosa_length
 from mizuoto.engines.qwen3tts.speaker import SpeakerEncoder, SpeakerEncoderConfig, load_speaker_encoder
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers import fingerprint, run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 BASE = DATA / "base"
@@ -47,12 +48,6 @@ GOLDEN_MELS = {
 # The published layout of the default (upstream class default) configuration: 76 tensors, 8,854,336
 # values; the same names and shapes as qwen-tts's Qwen3TTSSpeakerEncoder (checked when this was written).
 DEFAULT_LAYOUT = (76, 8854336)
-
-
-def fingerprint(t: torch.Tensor) -> dict:
-    a = t.detach().contiguous().cpu().numpy()
-    return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
-            "sum": round(float(a.astype(np.float64).sum()), 6)}
 
 
 def ours_pinned_results() -> dict:
@@ -78,26 +73,16 @@ def ours_pinned_results() -> dict:
 def ours_pinned():
     info = json.loads((DATA / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def _x86():
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        pytest.skip("the references were computed on x86-64 with AVX2 kernels")
+    return run_pinned(__file__, timeout=300)
 
 
 @pytest.mark.parametrize("key", [k for keys in XVECTORS.values() for k in keys])
 def test_x_vector_identical_to_upstream(ours_pinned, key):
-    _x86()
     assert ours_pinned[key] == 0.0
 
 
 @pytest.mark.parametrize("name", list(GOLDEN_MELS))
 def test_mels_identical_to_upstream(ours_pinned, name):
-    _x86()
     got, want = ours_pinned[f"mel/{name}"], GOLDEN_MELS[name]
     assert got["audio_sha256"] == want["audio_sha256"], "the test references changed: rerun the live script's --golden"
     assert got["shape"] == want["shape"]

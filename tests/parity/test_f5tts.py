@@ -13,12 +13,10 @@ in its own process where that level can be set before torch loads.
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_pinned
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "f5tts"
@@ -31,11 +29,7 @@ pytest.importorskip("rjieba")
 def results():
     info = json.loads((DATA / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, str(HERE / "f5tts_compare.py"), str(DATA)], capture_output=True, text=True,
-                         env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_pinned(HERE / "f5tts_compare.py", DATA)
 
 
 def expected_outputs() -> list[str]:
