@@ -23,7 +23,7 @@ ENGINE = EngineSpec(
                "talker and the code predictor into one matmul each (faster; not bit-identical on CUDA)"),
     ),
     # upstream sets no limits; the speaker encoder needs a few mel frames
-    reference=Reference(0.1, 60.0, transcript=True,
+    reference=Reference(0.1, 60.0, transcript=True, transcript_unused_with="x_vector_only",
                         help="Base models: a recording of the voice to clone (24 kHz is exact to upstream)"),
     # upstream's wrapper defaults (generate_custom_voice / generate_voice_design / generate_voice_clone and
     # the released generation_config.json); they are passed explicitly, as a caller of the wrapper would

@@ -55,6 +55,10 @@ class Reference:
     transcript: bool = False  # whether the engine reads the reference's transcript
     help: str = "a recording of the voice to speak with"
     channels: bool = False  # the engine takes every channel (it mixes them down itself, as its upstream)
+    transcript_unused_with: str | None = None  # a bool speak parameter that, when on, leaves the transcript unread
+
+    def needs_transcript(self, params: dict) -> bool:
+        return self.transcript and not (self.transcript_unused_with and params.get(self.transcript_unused_with))
 
     def check(self, waveform, sample_rate: int):
         """(channels, samples) or (samples,) audio -> mono float32 (samples,), or float32 (channels,

@@ -136,7 +136,7 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
         if loaded.spec.reference is None:
             raise InputError(f"engine {loaded.spec.id} takes no reference audio; disconnect it")
         extra["reference"] = (loaded.spec.reference.check(*reference), reference[1])
-        if loaded.spec.reference.transcript:
+        if loaded.spec.reference.needs_transcript(values):
             if not (reference_text or "").strip():
                 if transcriber is None:
                     raise InputError(f"{loaded.spec.display_name} needs the reference audio's transcript: type "

@@ -314,3 +314,20 @@ def test_compile_decodes_through_the_compiled_codec_window(monkeypatch):
     assert plain.state.codec is compiled.state.codec and plain.state.codec_window is None
     with torch.inference_mode():
         assert torch.equal(qwen_engine.decode(plain.state, codes), wave)
+
+
+def test_host_asks_for_no_transcript_when_cloning_from_the_x_vector_alone():
+    """x_vector_only leaves the transcript unread: the host neither asks for it nor transcribes."""
+    from safetensors.torch import load_file
+
+    from mizuoto.core.errors import InputError
+    from mizuoto.host import load_model, speak
+
+    loaded = load_model("qwen3tts", DATA / "base", device="cpu")
+    reference = (load_file(str(DATA / "references.safetensors"))["audio/ref_a"], 24000)
+    params = {"max_new_tokens": 6, "language": "English"}
+    with pytest.raises(InputError, match="needs the reference audio's transcript"):
+        speak(loaded, "Hello there.", seed=1, reference=reference, reference_text="", params=params)
+    speech = speak(loaded, "Hello there.", seed=1, reference=reference, reference_text="",
+                   params=dict(params, x_vector_only=True))
+    assert speech.sample_rate == 24000 and speech.waveform.shape[0] == 1
