@@ -39,7 +39,6 @@ torch.set_num_threads(1)
 
 import functools  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
-from importlib import metadata  # noqa: E402
 from importlib.resources import files  # noqa: E402
 
 import f5_tts.infer.utils_infer as UI  # noqa: E402
@@ -49,8 +48,7 @@ import torchaudio  # noqa: E402
 import yaml  # noqa: E402
 from f5_tts.model import CFM, DiT, UNetT  # noqa: E402
 from f5_tts.model.utils import convert_char_to_pinyin, get_tokenizer, list_str_to_idx, seed_everything  # noqa: E402
-from safetensors.numpy import load_file as np_load_file  # noqa: E402
-from safetensors.numpy import save_file as np_save_file  # noqa: E402
+from pinned import environment, write_references  # noqa: E402  (beside this script)
 from safetensors.torch import save_file as pt_save_file  # noqa: E402
 from vocos import Vocos  # noqa: E402
 from vocos.feature_extractors import MelSpectrogramFeatures  # noqa: E402
@@ -431,27 +429,14 @@ os.remove(wav_path)  # the preprocessed reference is what the tests need
 # 6. write + verify
 # ----------------------------------------------------------------------------------------------------------------
 
+PACKAGES = ("f5-tts", "vocos", "x-transformers", "torchdiffeq", "torchaudio", "numpy",
+            "pypinyin", "rjieba", "safetensors", "pydub", "soundfile", "librosa")
 ref_path = os.path.join(OUT, "references.safetensors")
-np_save_file(REFS, ref_path)
-back = np_load_file(ref_path)
-assert back.keys() == REFS.keys() and all(np.array_equal(back[k], REFS[k]) for k in REFS)
-for k, a in REFS.items():
-    assert np.isfinite(a).all() if a.dtype.kind == "f" else True, k
-
-
-def v(p):
-    try:
-        return metadata.version(p)
-    except Exception:
-        return None
+write_references(REFS, ref_path)
 
 
 info = {
-    "torch": torch.__version__, "num_threads": torch.get_num_threads(),
-    "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
-    "versions": {p: v(p) for p in ("f5-tts", "vocos", "x-transformers", "torchdiffeq", "torchaudio", "numpy",
-                                   "pypinyin", "rjieba", "safetensors", "pydub", "soundfile", "librosa")},
-    "python": sys.version.split()[0],
+    **environment(PACKAGES),
     "harness_patches": ["torchaudio.load -> soundfile (PCM16 wav, float32, channels-first)",
                         "f5_tts.infer.utils_infer.ThreadPoolExecutor -> max_workers=1 (chunk order = RNG order)"],
     "frontend": frontend, "frontend_batch": frontend_batch, "chunk_text": {"text": CHUNK_TEXT, "by_max_chars": chunks},

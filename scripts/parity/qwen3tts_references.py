@@ -41,16 +41,14 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-from importlib import metadata  # noqa: E402
 
 import numpy as np  # noqa: E402
+from pinned import environment, write_references  # noqa: E402  (beside this script)
 from qwen_tts import Qwen3TTSModel  # noqa: E402
 from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
 from qwen_tts.core.models.modeling_qwen3_tts import mel_spectrogram  # noqa: E402
 from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Config  # noqa: E402
 from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model  # noqa: E402
-from safetensors.numpy import load_file as np_load_file  # noqa: E402
-from safetensors.numpy import save_file as np_save_file  # noqa: E402
 from transformers import EncodecFeatureExtractor, Qwen2TokenizerFast  # noqa: E402
 from transformers.models.qwen2.tokenization_qwen2 import bytes_to_unicode  # noqa: E402
 
@@ -573,19 +571,10 @@ UNITS["text_tokenizer"] = [{"text": s, "ids": tok(s)["input_ids"],
 # 7. write + verify
 # ----------------------------------------------------------------------------------------------------------------
 
+PACKAGES = ("qwen-tts", "transformers", "accelerate", "tokenizers", "safetensors", "numpy",
+            "librosa", "scipy", "torchaudio", "soundfile")
 ref_path = os.path.join(OUT, "references.safetensors")
-np_save_file(REFS, ref_path)
-back = np_load_file(ref_path)
-assert back.keys() == REFS.keys() and all(np.array_equal(back[k], REFS[k]) for k in REFS)
-for k, a in REFS.items():
-    assert np.isfinite(a).all() if a.dtype.kind == "f" else True, k
-
-
-def v(p):
-    try:
-        return metadata.version(p)
-    except Exception:
-        return None
+write_references(REFS, ref_path)
 
 
 def jsonable(x):
@@ -599,12 +588,8 @@ def jsonable(x):
 
 
 info = {
-    "torch": torch.__version__, "num_threads": torch.get_num_threads(),
-    "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    **environment(PACKAGES),
     "cpu_capability_seen": torch.backends.cpu.get_cpu_capability(),
-    "versions": {p: v(p) for p in ("qwen-tts", "transformers", "accelerate", "tokenizers", "safetensors", "numpy",
-                                   "librosa", "scipy", "torchaudio", "soundfile")},
-    "python": sys.version.split()[0],
     "attn_implementation": ATTN,
     "instrumentation": ["instance wrappers around model.generate, model.talker.generate, speech_tokenizer.decode "
                         "(record inputs/outputs only)",
