@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from mizuoto.audio import torchaudio_sinc
 from mizuoto.core.errors import InputError
 from mizuoto.engines.f5tts import audio
 
@@ -29,8 +30,8 @@ def _kernel(orig_freq, functional=False, dtype=torch.float32):
     gcd = math.gcd(orig_freq, 24000)
     orig, new = orig_freq // gcd, 24000 // gcd
     if functional:
-        return audio._sinc_kernel(orig, new, dtype, dtype, dtype)
-    return audio._sinc_kernel(orig, new, torch.float64, torch.float32, torch.float32)
+        return torchaudio_sinc._sinc_kernel(orig, new, dtype, dtype, dtype)
+    return torchaudio_sinc._sinc_kernel(orig, new, torch.float64, torch.float32, torch.float32)
 
 
 def _sums(kernel):
