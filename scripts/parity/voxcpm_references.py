@@ -1,0 +1,280 @@
+#!/usr/bin/env python
+"""Build tiny random upstream VoxCPM models (voxcpm 2.0.3: VoxCPM 1 / 1.5 architecture and VoxCPM2) in the
+published folder layout and write reference waveforms for the native port's tests, with upstream's own code.
+
+Usage, in a venv holding upstream (see scripts/parity/voxcpm_upstream_env.sh):
+    ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1 python scripts/parity/voxcpm_references.py tests/parity/data/voxcpm/e2e
+
+Writes into OUTDIR:
+    v1/, v2/        config.json (architecture voxcpm / voxcpm2, float32, cpu), model.safetensors,
+                    audiovae.safetensors, tokenizer.json + tokenizer_config.json + special_tokens_map.json
+                    (a small Llama-style BPE: "▁" normaliser, merges that make multi-character CJK tokens)
+    *.wav           16 kHz and 24 kHz prompt / reference recordings (int16 PCM)
+    references.safetensors   every waveform (and streaming chunk) the cases produced, float32
+    references.json          the cases (model, text, prompts, seed, options, names), versions, threads, ATEN level
+
+Every reference comes from upstream's public API: `voxcpm.VoxCPM` (the folder loaded with from_local, no
+denoiser, no torch.compile) and its `generate` / `generate_streaming`, seeded with torch.manual_seed as a user
+would. Harness-only instrumentation (numerics untouched): a wrapper around the model's `_inference` generator
+that records how many patches each attempt produced, so a test can tell a length mismatch from a value one.
+"""
+
+import json
+import os
+import sys
+import time
+
+assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+import numpy as np  # noqa: E402
+import soundfile  # noqa: E402
+from pinned import environment, write_references  # noqa: E402  (beside this script)
+from safetensors.torch import save_file  # noqa: E402
+from tokenizers import Tokenizer, models, normalizers  # noqa: E402
+from transformers import LlamaTokenizerFast  # noqa: E402
+
+import voxcpm  # noqa: E402
+from voxcpm.model import voxcpm as upstream_v1  # noqa: E402
+
+T0 = time.time()
+OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/parity/data/voxcpm/e2e"
+os.makedirs(OUT, exist_ok=True)
+REFS, CASES = {}, []
+
+
+def put(name, t):
+    a = t.detach().cpu().numpy() if torch.is_tensor(t) else np.asarray(t)
+    assert name not in REFS, name
+    REFS[name] = np.ascontiguousarray(a.astype(np.float32) if a.dtype.kind == "f" else a.astype(np.int64))
+    return name
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 1. a small Llama-style tokenizer: SentencePiece-BPE conversion shape (Prepend/Replace "▁" normaliser, no
+#    pre-tokeniser), merges that build English subwords and multi-character CJK tokens (which upstream's
+#    wrapper splits back into characters). Ids 101..104 are the audio control ids upstream hard-codes.
+# ------------------------------------------------------------------------------------------------------------
+def build_tokenizer(folder):
+    specials = ["<unk>", "<s>", "</s>"]
+    chars = list("▁abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,!?'-") + list("你好世界今天很")
+    merges = [("▁", "t"), ("h", "e"), ("▁t", "he"), ("l", "l"), ("o", "r"), ("▁", "h"), ("▁h", "e"),
+              ("你", "好"), ("世", "界"), ("今", "天"), ("▁", "你"), ("▁你", "好")]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    assert len(vocab) < 101
+    while len(vocab) < 105:  # the audio control ids are plain vocabulary entries in the real tokenizer too
+        vocab[f"<|audio_{len(vocab)}|>"] = len(vocab)
+    bpe = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=False)
+    tok = Tokenizer(bpe)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    fast = LlamaTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.save_pretrained(folder)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 2. configs: ENGINES.md §5's tiny shapes, with the released models' structure (v1: patch 2, 16 kHz VAE;
+#    v2: patch 4, 16 kHz in / 48 kHz out VAE). LongRoPE is active (max 256 > original 32: the long factors).
+# ------------------------------------------------------------------------------------------------------------
+def lm_config(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16):
+    half = head_dim // 2
+    return {
+        "bos_token_id": 1, "eos_token_id": 2, "hidden_size": hidden, "intermediate_size": 2 * hidden,
+        "max_position_embeddings": 256, "num_attention_heads": heads, "num_hidden_layers": layers,
+        "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-5,
+        "rope_scaling": {"type": "longrope", "long_factor": [1.0 + 0.37 * i for i in range(half)],
+                         "short_factor": [1.0 + 0.05 * i for i in range(half)],
+                         "original_max_position_embeddings": 32},
+        "vocab_size": 128, "use_mup": True, "scale_emb": 12.0, "dim_model_base": 32, "scale_depth": 1.4,
+        "rope_theta": 10000.0, "kv_channels": head_dim,
+    }
+
+
+def small(hidden=32, layers=1, heads=2):
+    return {"hidden_dim": hidden, "ffn_dim": 2 * hidden, "num_heads": heads, "num_layers": layers, "kv_channels": 16}
+
+
+CFM = {"sigma_min": 1e-6, "solver": "euler", "t_scheduler": "log-norm", "inference_cfg_rate": 1.0}
+CONFIGS = {
+    "v1": {
+        "architecture": "voxcpm", "lm_config": lm_config(), "patch_size": 2, "feat_dim": 16,
+        "residual_lm_num_layers": 1, "scalar_quantization_latent_dim": 24, "scalar_quantization_scale": 9,
+        "encoder_config": small(), "dit_config": {**small(), "cfm_config": CFM},
+        "audio_vae_config": {"encoder_dim": 8, "encoder_rates": [2, 4, 4], "latent_dim": 16, "decoder_dim": 32,
+                             "decoder_rates": [4, 4, 2], "depthwise": True, "sample_rate": 16000,
+                             "use_noise_block": False},
+        "max_length": 256, "device": "cpu", "dtype": "float32",
+    },
+    "v2": {
+        "architecture": "voxcpm2", "lm_config": lm_config(), "patch_size": 4, "feat_dim": 16,
+        "residual_lm_num_layers": 1, "residual_lm_no_rope": False, "scalar_quantization_latent_dim": 24,
+        "scalar_quantization_scale": 9, "encoder_config": small(),
+        "dit_config": {**small(), "dit_mean_mode": False, "cfm_config": CFM},
+        "audio_vae_config": {"encoder_dim": 8, "encoder_rates": [2, 4, 4], "latent_dim": 16, "decoder_dim": 32,
+                             "decoder_rates": [4, 4, 3, 2], "depthwise": True, "sample_rate": 16000,
+                             "out_sample_rate": 48000, "use_noise_block": False, "sr_bin_boundaries": None,
+                             "cond_type": "scale_bias", "cond_dim": 16, "cond_out_layer": False},
+        "max_length": 256, "device": "cpu", "dtype": "float32",
+    },
+}
+
+
+def randomise(module, gen):
+    """Every parameter drawn afresh (upstream zero-inits biases and sets norms and Snake alphas to ones, which
+    would hide a mixed-up order), scaled so that activations stay in a useful range."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("weight_g") or "norm" in name or name.endswith("alpha"):
+                p.copy_(0.5 + torch.rand(p.shape, generator=gen))
+            else:
+                fan = p.shape[1] * (p[0, 0].numel() if p.dim() > 2 else 1) if p.dim() > 1 else 16
+                p.copy_(torch.randn(p.shape, generator=gen) * (1.2 / fan) ** 0.5)
+
+
+def build_model(kind, folder):
+    os.makedirs(folder, exist_ok=True)
+    build_tokenizer(folder)
+    config = CONFIGS[kind]
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    torch.manual_seed(0)  # the constructors draw their default initialisations from the global generator
+    tokenizer = LlamaTokenizerFast.from_pretrained(folder)
+    if kind == "v1":
+        from voxcpm.modules.audiovae import AudioVAE, AudioVAEConfig
+
+        cfg = upstream_v1.VoxCPMConfig.model_validate(config)
+        model = upstream_v1.VoxCPMModel(cfg, tokenizer, AudioVAE(AudioVAEConfig(**config["audio_vae_config"])),
+                                        device="cpu")
+    else:
+        from voxcpm.model import voxcpm2 as upstream_v2
+        from voxcpm.modules.audiovae import AudioVAEConfigV2, AudioVAEV2
+
+        cfg = upstream_v2.VoxCPMConfig.model_validate(config)
+        model = upstream_v2.VoxCPM2Model(cfg, tokenizer, AudioVAEV2(AudioVAEConfigV2(**config["audio_vae_config"])),
+                                         device="cpu")
+    randomise(model, torch.Generator().manual_seed(11 if kind == "v1" else 12))
+    # the stop head decides every length: bias it so that some cases stop early and others run to the limit
+    with torch.no_grad():
+        model.stop_head.weight[1] += 0.6 * model.stop_head.weight[0].sign()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    vae = {k[len("audio_vae."):]: v for k, v in state.items() if k.startswith("audio_vae.")}
+    rest = {k: v for k, v in state.items() if not k.startswith("audio_vae.")}
+    save_file(rest, os.path.join(folder, "model.safetensors"))
+    save_file(vae, os.path.join(folder, "audiovae.safetensors"))
+    print(f"{kind}: {sum(v.numel() for v in state.values())} parameters", file=sys.stderr)
+
+
+def write_wav(name, seconds, rate, seed):
+    """A voiced-looking test signal: a few harmonics with vibrato, noise and a fade, as int16 PCM."""
+    rng = np.random.RandomState(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    f0 = 140 + 30 * rng.rand() + 8 * np.sin(2 * np.pi * 5 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    x = sum(0.3 / k * np.sin(k * phase + rng.rand()) for k in range(1, 6)) + 0.02 * rng.randn(t.size)
+    x *= np.minimum(1.0, np.minimum(t, t[-1] - t) / 0.01)
+    soundfile.write(os.path.join(OUT, name), (x * 0.8 * 32767).astype(np.int16), rate, subtype="PCM_16")
+    return name
+
+
+def soundfile_load(path, *args, **kwargs):
+    """v1's build_prompt_cache calls torchaudio.load, which needs torchcodec (not installed in the oracle venv);
+    this returns what torchaudio.load returns for PCM WAV: float32 (channels, samples) scaled by 1/32768."""
+    data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    return torch.from_numpy(np.ascontiguousarray(data.T)), rate
+
+
+upstream_v1.torchaudio.load = soundfile_load
+
+
+def record_attempts(tts_model, lengths):
+    """Count the patches each `_inference` attempt yields: one per patch when streaming, else the whole
+    sequence once (the caller closes the generator right after, so counting happens at each yield)."""
+    inner = tts_model._inference
+
+    def wrapped(*args, **kwargs):
+        lengths.append(0)
+        for item in inner(*args, **kwargs):
+            feats = item[1]
+            lengths[-1] = lengths[-1] + 1 if kwargs.get("streaming") else int(feats.shape[0])
+            yield item
+
+    tts_model._inference = wrapped
+
+
+def main():
+    for kind in ("v1", "v2"):
+        build_model(kind, os.path.join(OUT, kind))
+    wavs = {
+        "ref16": write_wav("ref16.wav", 0.09, 16000, 1),
+        "prompt16": write_wav("prompt16.wav", 0.07, 16000, 2),
+        "prompt24": write_wav("prompt24.wav", 0.075, 24000, 3),
+    }
+    tts = {kind: voxcpm.VoxCPM(os.path.join(OUT, kind), zipenhancer_model_path=None, enable_denoiser=False,
+                               optimize=False, device="cpu") for kind in ("v1", "v2")}
+    lengths = {}
+    for kind, pipeline in tts.items():
+        lengths[kind] = []
+        record_attempts(pipeline.tts_model, lengths[kind])
+
+    def path(key):
+        return os.path.join(OUT, wavs[key]) if key else None
+
+    cases = [
+        # kind, text, seed, prompt wav, prompt text, reference wav, options
+        ("v2", "hello world", 0, None, None, None, {}),
+        ("v2", "the quick brown fox.", 7, None, None, None, {"cfg_value": 1.5, "inference_timesteps": 6}),
+        ("v2", "你好世界, 今天很好!", 3, None, None, None, {}),
+        ("v2", "hi\nthere   you", 5, None, None, None, {"retry_badcase": False}),
+        ("v2", "hello there", 1, None, None, "ref16", {}),
+        ("v2", "the fox", 2, "prompt16", "a prompt", None, {}),
+        ("v2", "good day", 4, "prompt16", "a prompt", "ref16", {"inference_timesteps": 4}),
+        ("v2", "hello world", 9, None, None, None, {"streaming": True}),
+        ("v2", "the fox", 8, "prompt16", "a prompt", None, {"streaming": True}),
+        ("v2", "hey", 6, None, None, "ref16", {"streaming": True}),
+        ("v1", "hello world", 0, None, None, None, {}),
+        ("v1", "你好世界 the end.", 3, None, None, None, {"cfg_value": 2.5, "inference_timesteps": 5}),
+        ("v1", "the fox", 2, "prompt16", "a prompt", None, {}),
+        ("v1", "hello", 4, "prompt24", "the prompt", None, {}),  # 24 kHz: torchaudio's resampler to 16 kHz
+        ("v1", "hello world", 9, None, None, None, {"streaming": True}),
+        ("v1", "the fox", 8, "prompt16", "a prompt", None, {"streaming": True}),
+    ]
+    for index, (kind, text, seed, prompt, prompt_text, reference, options) in enumerate(cases):
+        pipeline, options = tts[kind], dict(options)
+        streaming = options.pop("streaming", False)
+        kwargs = dict(text=text, prompt_wav_path=path(prompt), prompt_text=prompt_text, **options)
+        if reference:
+            kwargs["reference_wav_path"] = path(reference)
+        before = len(lengths[kind])
+        torch.manual_seed(seed)
+        if streaming:
+            chunks = [torch.from_numpy(c) for c in pipeline.generate_streaming(**kwargs)]
+            wave = torch.cat(chunks)
+        else:
+            chunks, wave = None, torch.from_numpy(pipeline.generate(**kwargs))
+        name = f"case{index}"
+        CASES.append({
+            "name": name, "kind": kind, "text": text, "seed": seed, "prompt_wav": wavs.get(prompt),
+            "prompt_text": prompt_text, "reference_wav": wavs.get(reference), "streaming": streaming,
+            "options": options, "attempt_patches": lengths[kind][before:],
+            "chunk_lengths": [int(c.numel()) for c in chunks] if chunks else None,
+            "wave": put(f"{name}/wave", wave),
+        })
+        print(f"{name}: {kind} {text!r} attempts {lengths[kind][before:]} samples {wave.numel()}", file=sys.stderr)
+    write_references(REFS, os.path.join(OUT, "references.safetensors"))
+    meta = {"cases": CASES, "sample_rates": {k: int(p.tts_model.sample_rate) for k, p in tts.items()},
+            "environment": environment(["voxcpm", "transformers", "tokenizers", "librosa", "soundfile"]),
+            "seconds": round(time.time() - T0, 1)}
+    with open(os.path.join(OUT, "references.json"), "w") as f:
+        json.dump(meta, f, indent=1, ensure_ascii=False)
+    print(f"wrote {len(REFS)} tensors in {meta['seconds']} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
