@@ -3,6 +3,13 @@
 Weights that live elsewhere (a streamed model keeps them in pinned CPU memory) are copied to the
 input's device for the call; weights already there are used as they are, so a resident model runs
 exactly nn.Linear's arithmetic.
+
+Exactly the arithmetic of an upstream module, that is, whose parameters require gradients (upstreams
+never turn that off for inference): on an input of 3 or more dimensions that is not contiguous (a slice
+of positions, say), F.linear goes through matmul, and matmul folds the input into one matrix (a copy,
+then mm, then the bias added) when a parameter requires gradients, but multiplies batch by batch (bmm)
+when none does, as in Mizuoto's frozen models: the two round differently on the CPU. `Linear` takes
+the folded route itself.
 """
 
 from __future__ import annotations
@@ -18,4 +25,7 @@ class Linear(nn.Linear):
         if weight.device != x.device:
             weight = weight.to(x.device, non_blocking=True)
             bias = None if bias is None else bias.to(x.device, non_blocking=True)
+        if x.dim() >= 3 and not x.is_contiguous():
+            out = torch.mm(x.reshape(-1, x.shape[-1]), weight.t()).view(*x.shape[:-1], weight.shape[0])
+            return out if bias is None else out.add_(bias)
         return F.linear(x, weight, bias)
