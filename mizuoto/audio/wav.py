@@ -56,7 +56,10 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
 
 
 def read(path: str | os.PathLike):
-    """Read a WAV file -> (waveform (channels, samples) float32 in [-1, 1], sample rate).
+    """Read a WAV file -> (waveform (channels, samples) float32 in [-1, 1), sample rate).
+
+    Integer PCM is scaled by 1 / 2^(bits - 1), as libsndfile (soundfile, librosa), torchaudio and
+    ComfyUI's audio loader scale it, so a file reaches an engine as its upstream reads it.
 
     PCM of 8, 16, 24 or 32 bits and IEEE float of 32 or 64 bits, plain or WAVE_FORMAT_EXTENSIBLE.
     """
@@ -81,15 +84,15 @@ def read(path: str | os.PathLike):
         raise InputError(f"{path} has no fmt or data chunk; it is not a complete WAV file")
     tag, channels, rate, _, _, bits = fmt
     if tag == 1 and bits == 8:
-        samples = (numpy.frombuffer(data, dtype="u1").astype("float32") - 128.0) / 127.0
+        samples = (numpy.frombuffer(data, dtype="u1").astype("float32") - 128.0) / 128.0
     elif tag == 1 and bits == 16:
-        samples = numpy.frombuffer(data, dtype="<i2").astype("float32") / 32767.0
+        samples = numpy.frombuffer(data, dtype="<i2").astype("float32") / 32768.0
     elif tag == 1 and bits == 24:
         triples = numpy.frombuffer(data[: len(data) // 3 * 3], dtype="u1").reshape(-1, 3).astype("int32")
         values = triples[:, 0] | (triples[:, 1] << 8) | (triples[:, 2] << 16)
-        samples = (numpy.where(values >= 1 << 23, values - (1 << 24), values) / 8388607.0).astype("float32")
+        samples = (numpy.where(values >= 1 << 23, values - (1 << 24), values) / 8388608.0).astype("float32")
     elif tag == 1 and bits == 32:
-        samples = (numpy.frombuffer(data, dtype="<i4") / 2147483647.0).astype("float32")
+        samples = (numpy.frombuffer(data, dtype="<i4") / 2147483648.0).astype("float32")
     elif tag == 3 and bits in (32, 64):
         samples = numpy.frombuffer(data, dtype="<f4" if bits == 32 else "<f8").astype("float32")
     else:

@@ -38,7 +38,7 @@ def test_pcm16_round_trip_within_one_step(tmp_path):
 
 def test_clipping(tmp_path):
     back, _ = wav.read(wav.write(tmp_path / "c.wav", torch.tensor([[2.0, -2.0]]), 8000))
-    assert back.tolist() == [[1.0, -1.0]]
+    assert back.tolist() == [[32767 / 32768, -32767 / 32768]]  # written at +-32767, read over 32768
 
 
 def test_mode_is_a_normal_new_file(tmp_path):
@@ -94,3 +94,17 @@ def test_not_a_wav(tmp_path):
     path.write_bytes(b"ID3 this is an mp3")
     with pytest.raises(InputError, match="not a WAV file; convert it"):
         wav.read(path)
+
+
+def test_integer_pcm_is_scaled_as_libsndfile_reads_it(tmp_path):
+    """int / 2^(bits-1): what soundfile, librosa, torchaudio and ComfyUI give, so engines see upstream's
+    samples (an engine's parity depends on it)."""
+    ints = torch.tensor([-32768, -1, 0, 1, 12345, 32767], dtype=torch.int16)
+    path = tmp_path / "s16.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(ints.numpy().tobytes())
+    back, _ = wav.read(path)
+    assert torch.equal(back[0], ints.float() / 32768)
