@@ -55,10 +55,17 @@ class Reference:
     transcript: bool = False  # whether the engine reads the reference's transcript
     help: str = "a recording of the voice to speak with"
     channels: bool = False  # the engine takes every channel (it mixes them down itself, as its upstream)
-    transcript_unused_with: str | None = None  # a bool speak parameter that, when on, leaves the transcript unread
+    # the speak parameter that leaves the transcript unread: "name" (a bool, when on) or "name=value"
+    transcript_unused_with: str | None = None
 
     def needs_transcript(self, params: dict) -> bool:
-        return self.transcript and not (self.transcript_unused_with and params.get(self.transcript_unused_with))
+        if not self.transcript:
+            return False
+        if not self.transcript_unused_with:
+            return True
+        name, is_value, value = self.transcript_unused_with.partition("=")
+        unused = str(params.get(name)) == value if is_value else bool(params.get(name))
+        return not unused
 
     def check(self, waveform, sample_rate: int):
         """(channels, samples) or (samples,) audio -> mono float32 (samples,), or float32 (channels,
