@@ -40,7 +40,7 @@ def widgets(cls):
 
 NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
          "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
-         "MizuotoQwen3TTSSpeak"}
+         "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak"}
 
 
 def test_mappings_and_display_names(pack):

@@ -57,8 +57,8 @@ def test_pack_adds_only_mizuoto(repo, tmp_path):
     assert not result["pack_on_sys_path"]
     assert result["mappings"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
                                   "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
-                                  "MizuotoQwen3TTSSpeak", "MizuotoWhisperLoader",
-                                  "MizuotoWhisperTranscribe"]
+                                  "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak",
+                                  "MizuotoWhisperLoader", "MizuotoWhisperTranscribe"]
     assert result["web"]
     assert result["mizuoto_from"] == str(pack / "mizuoto")
 
