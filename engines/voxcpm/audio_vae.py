@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
-from mizuoto.nn.tensor_files import read_safetensors
+from mizuoto.nn.tensor_files import read_checkpoint
 
 from .audio_vae_config import AudioVAEConfig, AudioVAEV2Config
 from .audio_vae_layers import (
@@ -357,18 +357,8 @@ def read_audio_vae_weights(folder: Path | str) -> tuple[dict[str, torch.Tensor],
     if present, else audiovae.pth (read with weights_only=True, unwrapped from "state_dict")."""
     folder = Path(folder)
     for name in WEIGHT_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            if path.suffix == ".safetensors":
-                return read_safetensors(path), path
-            return _unwrap(torch.load(str(path), map_location="cpu", weights_only=True), str(path)), path
-        except CheckpointError:
-            raise
-        except Exception as exc:  # any reader failure is a bad file, said in one line
-            raise CheckpointError(f"{path} is not a readable checkpoint ({' '.join(str(exc).split())[:120]})") \
-                from None
+        if (folder / name).is_file():
+            return read_checkpoint(folder / name), folder / name
     raise CheckpointError(f"{folder} holds neither {' nor '.join(WEIGHT_FILES)}: the VoxCPM AudioVAE is missing")
 
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError
 from mizuoto.nn.ops import Linear
-from mizuoto.nn.tensor_files import read_safetensors
+from mizuoto.nn.tensor_files import read_checkpoint
 
 from .config import VoxCPMConfig
 from .heads import ScalarQuantizer, stop_layers
@@ -108,23 +108,8 @@ class VoxCPMNet(nn.Module):
 
 def _read_weights(folder: Path) -> tuple[dict[str, torch.Tensor], Path]:
     for name in WEIGHT_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        try:
-            if path.suffix == ".safetensors":
-                return read_safetensors(path), path
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
-        except CheckpointError:
-            raise
-        except Exception as error:  # any reader failure is a bad file, said in one line
-            raise CheckpointError(f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:160]}); "
-                                  f"download it again") from None
-        if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-            state = state["state_dict"]
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{path} does not hold a state dict")
-        return state, path
+        if (folder / name).is_file():
+            return read_checkpoint(folder / name), folder / name
     raise CheckpointError(f"{folder} holds neither {' nor '.join(WEIGHT_FILES)}; download the whole VoxCPM folder")
 
 

@@ -85,3 +85,21 @@ def _read_tensor(file, start: int, name: str, entry, path: Path) -> torch.Tensor
         if file.readinto(view) != nbytes:
             raise CheckpointError(f"{path} ends inside {name}; the download is incomplete, download it again")
     return tensor
+
+
+def read_checkpoint(path: str | Path) -> dict[str, torch.Tensor]:
+    """A state dict from a .safetensors file (`read_safetensors`) or a PyTorch pickle (.pt, .pth, .bin;
+    weights only, unwrapped from a "state_dict" entry), on the CPU; a bad file is a one-line error."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return read_safetensors(path)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as error:  # any reader failure is a bad file, said in one line
+        raise CheckpointError(f"{path} is not a readable checkpoint ({' '.join(str(error).split())[:160]}); "
+                              f"download it again") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors; download it again")
+    return state
