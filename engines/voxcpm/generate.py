@@ -103,7 +103,8 @@ def iterate_patches(net: VoxCPMNet, steps: Steps, prefill: Prefill, options: Flo
     with ctx.step(), torch.inference_mode():
         lm_hidden, residual_hidden, previous, base_cache, residual_cache = _prefill(net, prefill, capacity)
         stop = stop_flags(net.stop_proj, net.stop_head, lm_hidden)[0]
-    attempt = Attempt(list(prefill.context), len(prefill.context))
+    # the prompt's patches in the model's dtype, as upstream keeps them (they lead the decoded latents)
+    attempt = Attempt([p.to(device=net.device, dtype=net.dtype) for p in prefill.context], len(prefill.context))
     for i in range(max_len):
         with ctx.step(), torch.inference_mode():
             mu = net.dit_condition(lm_hidden, residual_hidden)

@@ -9,6 +9,7 @@ Writes into OUTDIR:
     v1/, v2/        config.json (architecture voxcpm / voxcpm2, float32, cpu), model.safetensors,
                     audiovae.safetensors, tokenizer.json + tokenizer_config.json + special_tokens_map.json
                     (a small Llama-style BPE: "▁" normaliser, merges that make multi-character CJK tokens)
+    v2_bf16/        v2 with config.json dtype bfloat16 and bfloat16 weights, as the released models are
     *.wav           16 kHz and 24 kHz prompt / reference recordings (int16 PCM)
     references.safetensors   every waveform (and streaming chunk) the cases produced, float32
     references.json          the cases (model, text, prompts, seed, options, names), versions, threads, ATEN level
@@ -38,9 +39,10 @@ import soundfile  # noqa: E402
 import voxcpm  # noqa: E402
 from pinned import environment, write_references  # noqa: E402  (beside this script)
 from voxcpm.model import voxcpm as upstream_v1  # noqa: E402
-from voxcpm_models import build_model  # noqa: E402  (beside this script)
+from voxcpm_models import CONFIGS, build_model  # noqa: E402  (beside this script)
 
 T0 = time.time()
+KINDS = ("v1", "v2", "v2_bf16")
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/parity/data/voxcpm/e2e"
 os.makedirs(OUT, exist_ok=True)
 REFS, CASES = {}, []
@@ -93,13 +95,16 @@ def record_attempts(tts_model, lengths):
 def main():
     for kind in ("v1", "v2"):
         build_model(kind, os.path.join(OUT, kind))
+    # the released models' dtype: weights saved and run in bfloat16 (the AudioVAE in float32), as upstream
+    # runs a config.json that says "bfloat16"
+    build_model("v2", os.path.join(OUT, "v2_bf16"), {**CONFIGS["v2"], "dtype": "bfloat16"}, dtype=torch.bfloat16)
     wavs = {
         "ref16": write_wav("ref16.wav", 0.09, 16000, 1),
         "prompt16": write_wav("prompt16.wav", 0.07, 16000, 2),
         "prompt24": write_wav("prompt24.wav", 0.075, 24000, 3),
     }
     tts = {kind: voxcpm.VoxCPM(os.path.join(OUT, kind), zipenhancer_model_path=None, enable_denoiser=False,
-                               optimize=False, device="cpu") for kind in ("v1", "v2")}
+                               optimize=False, device="cpu") for kind in KINDS}
     lengths = {}
     for kind, pipeline in tts.items():
         lengths[kind] = []
@@ -120,6 +125,8 @@ def main():
         ("v2", "hello world", 9, None, None, None, {"streaming": True}),
         ("v2", "the fox", 8, "prompt16", "a prompt", None, {"streaming": True}),
         ("v2", "hey", 6, None, None, "ref16", {"streaming": True}),
+        ("v2_bf16", "hello world", 0, None, None, None, {}),
+        ("v2_bf16", "the fox", 2, "prompt16", "a prompt", "ref16", {}),
         ("v1", "hello world", 0, None, None, None, {}),
         ("v1", "你好世界 the end.", 3, None, None, None, {"cfg_value": 2.5, "inference_timesteps": 5}),
         ("v1", "the fox", 2, "prompt16", "a prompt", None, {}),

@@ -1,13 +1,14 @@
 """VoxCPM end to end against upstream, through the host (mizuoto.host.load_model / speak).
 
-tests/parity/data/voxcpm/e2e holds tiny random VoxCPM 1 and VoxCPM2 folders in the published layout and
-16 waveforms that upstream's own `VoxCPM.generate` / `generate_streaming` (voxcpm 2.0.3) produced from
-them (scripts/parity/voxcpm_references.py, one thread, ATEN_CPU_CAPABILITY=avx2): zero-shot, reference
-(v2), continuation, reference + continuation (v2), several seeds, CFG values and step counts, a
-24 kHz prompt that v1 resamples with torchaudio, and runs whose stop head never fires, so upstream's
-bad-case retries draw two and three attempts. Each case is spoken here from the same folder, text, WAV
-files and seed, in a fresh process pinned the same way (this file run as a script), and must be
-bit-identical; streamed cases are compared chunk by chunk.
+tests/parity/data/voxcpm/e2e holds tiny random VoxCPM 1 and VoxCPM2 folders in the published layout (one
+VoxCPM2 in bfloat16, run in bfloat16 as upstream runs the released models) and 18 waveforms that
+upstream's own `VoxCPM.generate` / `generate_streaming` (voxcpm 2.0.3) produced from them
+(scripts/parity/voxcpm_references.py, one thread, ATEN_CPU_CAPABILITY=avx2): zero-shot, reference (v2),
+continuation, reference + continuation (v2), several seeds, CFG values and step counts, a 24 kHz prompt
+that v1 resamples with torchaudio, and runs whose stop head never fires, so upstream's bad-case retries
+draw two and three attempts. Each case is spoken here from the same folder, text, WAV files and seed, in
+a fresh process pinned the same way (this file run as a script), and must be bit-identical; streamed
+cases are compared chunk by chunk.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from helpers import run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "voxcpm" / "e2e"
 MODES = {(True, False): "continuation", (False, True): "reference", (True, True): "both"}
+KINDS = {"v1": "float32", "v2": "float32", "v2_bf16": "bfloat16"}  # folder -> the dtype its config.json names
 
 
 def case_request(case: dict, data: Path) -> dict:
@@ -51,7 +53,7 @@ def compare(data: Path) -> dict:
 
     info = json.loads((data / "references.json").read_text())
     tensors = load_file(str(data / "references.safetensors"))
-    models = {kind: host.load_model("voxcpm", data / kind, device="cpu") for kind in ("v1", "v2")}
+    models = {kind: host.load_model("voxcpm", data / kind, device="cpu", dtype=dtype) for kind, dtype in KINDS.items()}
     out = {}
     for case in info["cases"]:
         if case["prompt_wav"] and case["reference_wav"] and case["prompt_wav"] != case["reference_wav"]:
@@ -112,7 +114,7 @@ def results():
 def test_every_case_is_compared(results):
     info = json.loads((DATA / "references.json").read_text())
     assert {case["name"] for case in info["cases"]} <= set(results)
-    assert len(info["cases"]) == 16
+    assert len(info["cases"]) == 18
 
 
 def test_identical_to_upstream(results):
@@ -127,7 +129,7 @@ def test_streamed_chunks_are_upstreams(results):
 
 
 def test_output_rates(results):
-    assert results["rates"] == {"v1": 16000, "v2": 48000}
+    assert results["rates"] == {"v1": 16000, "v2": 48000, "v2_bf16": 48000}
 
 
 if __name__ == "__main__":
