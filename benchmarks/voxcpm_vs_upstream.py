@@ -1,5 +1,5 @@
 """VoxCPM speed and load memory: Mizuoto vs upstream voxcpm 2.0.3 on the same random weights, text and seed,
-in one run; the waveforms are compared first (identical in float32; bfloat16 is reported as measured).
+in one run (each side timed in a fresh process of its own); the waveforms are compared.
 
 Runs in a venv holding upstream (scripts/parity/voxcpm_upstream_env.sh) with this clone on sys.path:
     .venv-voxcpm-upstream/bin/python benchmarks/voxcpm_vs_upstream.py [--size tiny|full] [--patches 40]
@@ -20,7 +20,6 @@ import contextlib
 import io
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -78,6 +77,33 @@ def timed(fn, repeats: int):
     return best, out
 
 
+def run_side(args) -> None:
+    """One side in this process (the parent runs each side in a fresh one, so neither inherits the other's
+    thread pools, caches or imports): its best time and wave into --out."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.side == "ours":
+        from mizuoto import host
+
+        loaded = host.load_model("voxcpm", args.folder, device="cpu", dtype=args.dtype)
+        best, wave = timed(lambda: run_ours(loaded, args.patches, args.seed), args.repeats)
+        rate = loaded.state.sample_rate
+    else:
+        pipeline = upstream_pipeline(args.folder)
+        best, wave = timed(lambda: run_upstream(pipeline, args.patches, args.seed), args.repeats)
+        rate = pipeline.tts_model.sample_rate
+    torch.save({"seconds": best, "wave": wave.contiguous(), "threads": torch.get_num_threads(), "rate": rate}, args.out)
+
+
+def measure(side: str, folder: Path, dtype: str, args, out: Path) -> dict:
+    command = [sys.executable, __file__, "--side", side, "--folder", str(folder), "--dtype", dtype, "--out", str(out),
+               "--patches", str(args.patches), "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    subprocess.run(command, check=True)
+    return torch.load(out)
+
+
 LOAD_SNIPPET = {
     "ours": "from mizuoto import host; host.load_model('voxcpm', {folder!r}, device='cpu', dtype={dtype!r})",
     "upstream": ("import contextlib, io, voxcpm\nwith contextlib.redirect_stderr(io.StringIO()):\n"
@@ -109,10 +135,12 @@ def main():
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--memory", action="store_true")
     parser.add_argument("--folder", type=Path, default=None, help="reuse a folder this script built before")
+    parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)  # a child process
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    from mizuoto import host
+    if args.side:
+        return run_side(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.folder or Path(tmp) / args.size
@@ -122,19 +150,18 @@ def main():
             print(f"built {args.size} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         dtype = "bfloat16" if args.size == "full" else "float32"
         weights = sum((folder / name).stat().st_size for name in ("model.safetensors", "audiovae.safetensors"))
-        result = {"size": args.size, "dtype": dtype, "patches": args.patches, "threads": torch.get_num_threads(),
-                  "weights_gib": round(weights / 2**30, 3)}
+        result = {"size": args.size, "dtype": dtype, "patches": args.patches, "weights_gib": round(weights / 2**30, 3)}
         if args.memory:
             for side in ("ours", "upstream"):
                 peak, grown = peak_load_rss(side, folder, dtype)
                 result[f"load_peak_rss_gib_{side}"] = round(peak, 3)
                 result[f"load_rss_growth_gib_{side}"] = round(grown, 3)
                 result[f"load_growth_over_weights_{side}"] = round(grown * 2**30 / weights, 3)
-        pipeline = upstream_pipeline(folder)
-        loaded = host.load_model("voxcpm", folder, device="cpu", dtype=dtype)
-        rate = loaded.state.sample_rate
-        t_up, wave_up = timed(lambda: run_upstream(pipeline, args.patches, args.seed), args.repeats)
-        t_ours, wave_ours = timed(lambda: run_ours(loaded, args.patches, args.seed), args.repeats)
+        up = measure("upstream", folder, dtype, args, Path(tmp) / "upstream.pt")
+        ours = measure("ours", folder, dtype, args, Path(tmp) / "ours.pt")
+        rate = ours["rate"]
+        (t_up, wave_up), (t_ours, wave_ours) = (up["seconds"], up["wave"]), (ours["seconds"], ours["wave"])
+        result["threads"] = ours["threads"]
         same_shape = wave_up.shape == wave_ours.shape
         seconds = wave_ours.numel() / rate
         result.update({
@@ -146,8 +173,6 @@ def main():
             "speedup": round(t_up / t_ours, 2),
         })
     print(json.dumps(result, indent=1))
-    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"(this process peaked at {usage:.2f} GiB)", file=sys.stderr)
 
 
 if __name__ == "__main__":

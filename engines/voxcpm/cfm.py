@@ -31,14 +31,16 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from mizuoto.core.errors import InputError
 
 # estimator(x, mu, t, cond, dt) -> velocity, upstream's DiT call: x (N, feat_dim, patch), mu (N, mu_dim),
-# t (N,), cond (N, feat_dim, prefix), dt (N,) -> (N, feat_dim, patch); N = 2·batch.
+# t (N,), cond (N, feat_dim, prefix), dt (N,) -> (N, feat_dim, patch); N = 2·batch. An estimator that also
+# has `prepare(mu, cond)`, `time_token(t, dt)` and `velocity(x, context, token)` (local.LocalDiT) is called
+# in those stages: its per-patch part once per patch, its per-step time part once per schedule.
 Estimator = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 ZERO_STAR_FRACTION = 0.04  # upstream's share of the steps run with zero velocity under CFG-Zero*
@@ -81,6 +83,8 @@ class Schedule:
 
     times: torch.Tensor  # (n,) t given to the DiT at step k
     deltas: torch.Tensor  # (n,) dt of step k: x ← x − dt·v
+    # a staged estimator's time token per step, per (estimator, guided batch): the same for every patch
+    time_tokens: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def time_grid(n_timesteps: int, sway_sampling_coef: float, device, dtype) -> torch.Tensor:
@@ -152,8 +156,21 @@ def sample(estimator: Estimator, mu: torch.Tensor, cond: torch.Tensor, generator
         deltas = schedule.deltas[:, None].expand(-1, 2 * batch).contiguous()
     else:
         zero_dt = torch.zeros(2 * batch, device=mu.device, dtype=dtype)
+    staged = hasattr(estimator, "velocity")  # the DiT's own stages: per-patch and per-step parts kept
+    if staged:
+        context = estimator.prepare(mu_in, cond_in)
+        key = (estimator, 2 * batch)
+        if key not in schedule.time_tokens:
+            schedule.time_tokens[key] = [
+                None if k < start else estimator.time_token(times[k], deltas[k] if options.mean_mode else zero_dt)
+                for k in range(options.n_timesteps)]
+        tokens = schedule.time_tokens[key]
     for k in range(start, options.n_timesteps):
-        velocity = estimator(torch.cat((x, x)), mu_in, times[k], cond_in, deltas[k] if options.mean_mode else zero_dt)
+        if staged:
+            velocity = estimator.velocity(torch.cat((x, x)), context, tokens[k])
+        else:
+            velocity = estimator(torch.cat((x, x)), mu_in, times[k], cond_in,
+                                 deltas[k] if options.mean_mode else zero_dt)
         velocity = guided_velocity(velocity, batch, options.cfg_value, options.use_cfg_zero_star)
         x = x - schedule.deltas[k] * velocity
     return x

@@ -110,21 +110,38 @@ class LocalDiT(nn.Module):
         x (N, C, P) at flow times t (N,) with steps dt (N,), given mu (N, hidden) in v1 or
         (N, k * hidden) in v2, and the previous patch cond (N, C, P'). The CFM solver's guided batch
         is N = 2b: the conditional rows, then the same rows with mu zeroed."""
-        x = self.in_proj(x.transpose(1, 2).contiguous())
+        return self.velocity(x, self.prepare(mu, cond), self.time_token(t, dt))
+
+    # The same call in three stages, for the sampler: within one patch mu and cond are the same at every
+    # Euler step, and each step's t and dt are the same for every patch, so their parts are computed once
+    # (the same ops on the same values: the same bits as calling forward every time).
+
+    def prepare(self, mu: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The patch's conditioning: (mu as the DiT's leading vectors, the projected previous patch)."""
         cond = self.cond_proj(cond.transpose(1, 2).contiguous())
-        prefix = cond.size(1)
-        hidden = self.config.hidden_size
-        time = self.time_mlp(timestep_embedding(t, hidden).to(x.dtype))
-        time = time + self.delta_time_mlp(timestep_embedding(dt, hidden).to(x.dtype))
+        if self.version == 2:
+            hidden = self.config.hidden_size
+            if mu.shape[-1] % hidden:
+                raise ValueError(f"the v2 DiT's mu must hold whole vectors of {hidden}, got width {mu.shape[-1]}")
+            mu = mu.view(mu.shape[0], -1, hidden)
+        return mu, cond
+
+    def time_token(self, t: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        """time_mlp(sinusoids(t)) + delta_time_mlp(sinusoids(dt)), (N, hidden) in the model's dtype."""
+        hidden, dtype = self.config.hidden_size, self.in_proj.weight.dtype
+        time = self.time_mlp(timestep_embedding(t, hidden).to(dtype))
+        return time + self.delta_time_mlp(timestep_embedding(dt, hidden).to(dtype))
+
+    def velocity(self, x: torch.Tensor, context: tuple[torch.Tensor, torch.Tensor], time: torch.Tensor) -> torch.Tensor:
+        """The velocity of the noisy patch x (N, C, P) from `prepare`'s context and a `time_token`."""
+        mu, cond = context
+        x = self.in_proj(x.transpose(1, 2).contiguous())
         if self.version == 1:
             front = 1
             x = torch.cat([(mu + time).unsqueeze(1), cond, x], dim=1)
         else:
-            if mu.shape[-1] % hidden:
-                raise ValueError(f"the v2 DiT's mu must hold whole vectors of {hidden}, got width {mu.shape[-1]}")
-            mu = mu.view(x.size(0), -1, x.size(-1))
             front = mu.size(1) + 1
             x = torch.cat([mu, time.unsqueeze(1), cond, x], dim=1)
         out, _ = self.decoder(x, causal=False)
-        out = self.out_proj(out[:, prefix + front:, :])
+        out = self.out_proj(out[:, cond.size(1) + front:, :])
         return out.transpose(1, 2).contiguous()
