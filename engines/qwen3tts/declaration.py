@@ -8,6 +8,12 @@ from mizuoto.engines.spec import EngineSpec, Param, Reference
 # generate_voice_clone). "auto" takes the default of the model's kind.
 TEXT_MODES = ("auto", "on", "off")
 
+# The preset speakers of the released CustomVoice models (Qwen3-TTS-12Hz-0.6B/1.7B-CustomVoice), spelled as
+# their model cards spell them; config.json's talker_config.spk_id holds them in lower case, and upstream
+# matches names without regard to case. "" is no speaker (VoiceDesign and Base). A fine-tuned model's own
+# speakers go in custom_speaker.
+SPEAKERS = ("", "Vivian", "Serena", "Uncle_Fu", "Dylan", "Eric", "Ryan", "Aiden", "Ono_Anna", "Sohee")
+
 ENGINE = EngineSpec(
     id="qwen3tts",
     display_name="Qwen3-TTS",
@@ -28,8 +34,10 @@ ENGINE = EngineSpec(
     # upstream's wrapper defaults (generate_custom_voice / generate_voice_design / generate_voice_clone and
     # the released generation_config.json); they are passed explicitly, as a caller of the wrapper would
     speak_params=(
-        Param("speaker", str, "", "CustomVoice models: one of the model's preset speakers (e.g. Vivian, Ryan); "
-              "empty for VoiceDesign and Base"),
+        Param("speaker", str, "", "CustomVoice models: the preset speaker; empty for VoiceDesign and Base",
+              choices=SPEAKERS),
+        Param("custom_speaker", str, "", "a fine-tuned CustomVoice model's own speaker, typed (any case); when "
+              "set it is used instead of speaker"),
         Param("language", str, "Auto", "language of the text (Auto: left to the model), e.g. English, Chinese"),
         Param("instruct", str, "", "how to speak: the voice description (VoiceDesign) or a style instruction "
               "(CustomVoice 1.7B; the 0.6B models ignore it, as upstream)"),

@@ -14,6 +14,10 @@ settings are the request's parameters over generation_config.json's, the codes a
 codec's chunked decode, and for an in-context clone the wave of [reference codes, codes] loses its
 first int(reference frames / all frames * samples) samples.
 
+A CustomVoice speaker is picked from `declaration.SPEAKERS` (the released models' nine) or typed in
+`custom_speaker` (a fine-tune's own); either is matched against the model's config.json without regard
+to case, as upstream matches it, and a name the model lacks is an error that lists the model's own.
+
 `non_streaming_mode` "auto" is upstream's per-kind default: on (the whole text in the prompt) for
 CustomVoice and VoiceDesign, off (one text token per frame) for Base. `max_new_tokens` 0 takes the
 folder's generation_config.json (upstream's merge: the request's value, else the file's, else 2048).
@@ -41,6 +45,7 @@ from . import generate, prompt
 from .checkpoint import load_talker
 from .codec_decoder import CHUNK_SIZE, LEFT_CONTEXT, CodecDecoder, load_codec_decoder
 from .config import GenerationSettings, ModelConfig, read_generation_settings
+from .declaration import SPEAKERS
 from .mimi_encoder import MimiEncoder, load_mimi_encoder
 from .speaker import SpeakerEncoder, load_speaker_encoder
 from .talker import Talker
@@ -150,17 +155,38 @@ def generation_settings(loaded: QwenLoaded, params: dict) -> GenerationSettings:
     return loaded.settings.with_overrides(**values, max_new_tokens=params.get("max_new_tokens") or None)
 
 
+def chosen_speaker(params: dict) -> str | None:
+    """The request's speaker: custom_speaker when typed, else the one picked from the list; None for none."""
+    return (params.get("custom_speaker") or "").strip() or (params.get("speaker") or "").strip() or None
+
+
+def speaker_names(config: ModelConfig) -> list[str]:
+    """The model's speakers as the speaker list spells them (config.json keeps them in lower case); a
+    fine-tune's own names as its config.json has them."""
+    listed = {name.lower(): name for name in SPEAKERS if name}
+    return [listed.get(name, name) for name in config.speakers]
+
+
+def _check_speaker(loaded: QwenLoaded, speaker: str | None) -> None:
+    """Upstream's rule: a CustomVoice model needs one of its own speakers, matched without regard to case."""
+    names = speaker_names(loaded.config)
+    unlisted = [name for name in names if name not in SPEAKERS]
+    where = "speaker" if not unlisted else f"speaker (or custom_speaker, for {', '.join(unlisted)})"
+    if not speaker:
+        raise InputError(f"this CustomVoice model speaks with a preset speaker; set {where} to one of "
+                         f"{', '.join(names) or 'none'}")
+    if speaker.lower() not in loaded.config.talker.spk_id:
+        raise InputError(f"speaker {speaker!r} is not one of this model's speakers ({', '.join(names) or 'none'}); "
+                         f"set {where} to one of them")
+
+
 def _check_kind(loaded: QwenLoaded, params: dict, reference, instruct_ids) -> None:
-    kind, speaker = loaded.kind, (params.get("speaker") or "").strip()
+    kind, speaker = loaded.kind, chosen_speaker(params)
     if kind == "custom_voice":
-        names = ", ".join(loaded.config.speakers) or "none"
-        if not speaker:
-            raise InputError(f"this CustomVoice model speaks with a preset speaker; set speaker to one of {names}")
-        if speaker.lower() not in loaded.config.talker.spk_id:
-            raise InputError(f"speaker {speaker!r} is not one of this model's speakers ({names})")
+        _check_speaker(loaded, speaker)
     elif speaker:
         raise InputError(f"speaker {speaker!r} names a preset voice, which only CustomVoice models have; this is a "
-                         f"{kind} model, so leave speaker empty")
+                         f"{kind} model, so leave speaker and custom_speaker empty")
     if kind == "base":
         if reference is None:
             raise InputError("this Base model clones a voice: give reference audio (and its transcript)")
@@ -192,9 +218,8 @@ def build_request(loaded: QwenLoaded, text_ids, ctx: RequestContext, params: dic
                 if reference_ids is None:
                     raise InputError("cloning from the reference needs its transcript (or turn on x_vector_only)")
                 codes = loaded.mimi.encode(wave, rate).transpose(0, 1)  # (frames, G)
-        speaker = (params.get("speaker") or "").strip() or None
         built = prompt.build_prompt(talker, config, text_ids, language=params.get("language") or "auto",
-                                    speaker=speaker, x_vector=x_vector, instruct_ids=instruct_ids,
+                                    speaker=chosen_speaker(params), x_vector=x_vector, instruct_ids=instruct_ids,
                                     reference_ids=reference_ids if codes is not None else None,
                                     reference_codes=codes, non_streaming=non_streaming)
     return Request(built, generation_settings(loaded, params), codes)

@@ -18,6 +18,9 @@ frame whose code 0 is EOS, exactly as upstream cuts them.
 The loop reads the device once per frame: "is any draw invalid, or is every row finished?".
 Positions: the prefill's count real positions only (padding gets 1), and frame t of a row sits at
 (its largest prefill position) + 1 + t, which is what upstream's rope_deltas work out to.
+
+The steps are DecoderSteps (CUDA graphs where usable); on the CPU, lean.py runs the same kernels
+without the modules and segments around them, which is where a small model's time went.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from typing import Iterator
 
 import torch
 
-from mizuoto.nn.qwen import AttentionStep, QwenDecoder
+from mizuoto.nn.qwen import AttentionStep, Masked, QwenDecoder
 from mizuoto.runtime import sampling
+from mizuoto.runtime.accel import MaskInfo
 from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.graphs import DecoderSteps, Graphs
 
+from . import lean
 from .config import GenerationSettings, TalkerConfig
 from .predictor import FrameDrafter, predictor_sampler, predictor_steps
 from .prompt import Batch
@@ -42,10 +47,13 @@ CACHE_GROWTH = 256  # talker cache positions allocated beyond the prefill at fir
 
 class Steps:
     """The talker's frame step and the predictor's G-1 steps, each a DecoderSteps (CUDA graphs of
-    everything but attention when `graphs` is given). Keep one per loaded model and graphs object."""
+    everything but attention when `graphs` is given). Keep one per loaded model and graphs object.
+    Without graphs, a model on the CPU runs lean.py's steps instead (the same kernels), unless `lean`
+    is False."""
 
-    def __init__(self, talker: Talker, graphs: Graphs | None = None):
+    def __init__(self, talker: Talker, graphs: Graphs | None = None, lean: bool = True):
         self.graphs = graphs
+        self.lean = lean and graphs is None
         self.talker = DecoderSteps(talker.decoder, graphs, head=lambda h: (talker.logits(h), h[:, -1:]),
                                    embed=talker.frame_input)
         self.predictor = predictor_steps(talker.code_predictor, talker.codec_embedding, graphs)
@@ -91,8 +99,8 @@ class _TalkerCache:
             self._grow(min(self.limit, max(kv, 2 * self.cache.capacity)))
         if self.padded:
             mask = self.decoder.mask_for(self.keys[:, :kv], 1, kv, padded=True)
-        else:
-            mask = self.decoder.mask_for(None, 1, kv, padded=False, batch=self.batch)
+        else:  # mask_for(None, 1, kv, padded=False)'s MaskInfo.full, on a view of the (all real) keys
+            mask = Masked(None, False, MaskInfo(self.keys[:, :kv], causal=True, padding="left"))
         return AttentionStep(self.cache, mask)
 
     def _grow(self, capacity: int) -> None:
@@ -134,6 +142,8 @@ def iterate_frames(talker: Talker, batch: Batch, settings: GenerationSettings, c
         drafter = FrameDrafter(talker.code_predictor, steps.predictor, predictor_sampler(
             settings.subtalker_dosample, settings.subtalker_top_k, settings.subtalker_top_p,
             settings.subtalker_temperature, config.predictor.vocab_size, device), b)
+        # on the CPU (nothing to capture) the same kernels run without the modules around them
+        fast = lean.LeanFrame(talker, drafter) if steps.lean and lean.usable(talker) else None
         state = _TalkerCache(decoder, batch, max_new)
         logits, past = prefill(talker, batch, state)
         seen = torch.zeros(b, config.vocab_size, dtype=torch.bool, device=device) if sampler.needs_history else None
@@ -155,12 +165,18 @@ def iterate_frames(talker: Talker, batch: Batch, settings: GenerationSettings, c
                 sampling.raise_if_invalid(bool(flags & 2))
                 break
             code0 = ids[:, None]
-            codes, pending = drafter.draw(past, code0, generator)
+            if fast is None:
+                codes, pending = drafter.draw(past, code0, generator)
+            else:
+                codes, pending, embedded = fast.draw(past, code0, generator)
             frame = torch.cat((code0, codes), dim=1)
             text = batch.trailing[:, t: t + 1] if t < text_steps else batch.pad.expand(b, 1, -1)
             attention = state.step(t)  # first: a growing cache extends the rotary table too
             rope = decoder.rope(state.frame_positions[:, t: t + 1], dtype)
-            logits, past = steps.talker((frame, text), rope, attention)
+            if fast is None:
+                logits, past = steps.talker((frame, text), rope, attention)
+            else:
+                logits, past = fast.talker_step(embedded, text, rope, attention)
             state.cache.advance(1)
         yield frame
     ctx.progress(max_new, max_new)

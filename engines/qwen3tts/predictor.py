@@ -97,6 +97,9 @@ class FrameDrafter:
 
     def __init__(self, predictor: CodePredictor, steps: list[DecoderSteps], sampler: sampling.Sampler, batch: int):
         self.predictor, self.steps, self.sampler = predictor, steps, sampler
+        # greedy with no processor: sample() takes the plain argmax (lean.py skips the call)
+        self.greedy = not sampler.params.do_sample and sampler.penalty is None and not sampler.min_new_tokens \
+            and sampler.suppress_mask is None
         decoder = predictor.decoder
         groups = predictor.config.num_code_groups
         self.cache = decoder.new_cache(batch, groups)

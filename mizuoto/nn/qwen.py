@@ -122,7 +122,7 @@ class KVCache:
 
 
 @functools.lru_cache(maxsize=None)
-def _fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.dtype, size: int, eps: float,
+def fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.dtype, size: int, eps: float,
                       weighted: bool = True) -> bool:
     """Whether F.rms_norm gives, bit for bit, the upcast norm on this device and dtype (checked once).
 
@@ -143,7 +143,7 @@ def _fused_norm_exact(device_type: str, device_index: int | None, dtype: torch.d
 
 
 def rms_norm(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-    if not torch.is_grad_enabled() and _fused_norm_exact(x.device.type, x.device.index, x.dtype,
+    if not torch.is_grad_enabled() and fused_norm_exact(x.device.type, x.device.index, x.dtype,
                                                          x.shape[-1], norm.eps):
         return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
     return norm(x)
@@ -157,7 +157,7 @@ def _version(t: torch.Tensor) -> int:
 
 def rms_normalise(x: torch.Tensor, eps: float) -> torch.Tensor:
     """The weightless norm, fused where that is proven exact."""
-    if _fused_norm_exact(x.device.type, x.device.index, x.dtype, x.shape[-1], eps, weighted=False):
+    if fused_norm_exact(x.device.type, x.device.index, x.dtype, x.shape[-1], eps, weighted=False):
         return F.rms_norm(x, (x.shape[-1],), None, eps)
     return normalise(x, eps)
 

@@ -51,7 +51,7 @@ def case_inputs(case: dict, tensors: dict) -> tuple[dict, dict]:
     params["language"] = request.get("language") or "Auto"
     table = {prompt.assistant_text(request["text"]): tensors[f"{name}/input_ids_0"][0].tolist()}
     if case["kind"] == "custom_voice":
-        params["speaker"] = request["speaker"]
+        params["speaker"] = listed_speaker(request["speaker"])  # upstream's call names it in lower case
     if request.get("instruct"):
         params["instruct"] = request["instruct"]
         table[prompt.instruct_text(request["instruct"])] = tensors[f"{name}/instruct_ids_0"][0].tolist()
@@ -65,6 +65,14 @@ def case_inputs(case: dict, tensors: dict) -> tuple[dict, dict]:
             kwargs["reference_text"] = request["ref_text"]
             table[prompt.reference_text(request["ref_text"])] = tensors[f"{name}/ref_ids_0"][0].tolist()
     return kwargs, table
+
+
+def listed_speaker(name: str) -> str:
+    """The speaker list's spelling of a preset speaker (upstream matches names without regard to case)."""
+    from mizuoto.engines.qwen3tts.declaration import SPEAKERS
+
+    (listed,) = [s for s in SPEAKERS if s.lower() == name.lower()]
+    return listed
 
 
 def single_cases(info: dict) -> list[dict]:
@@ -170,13 +178,58 @@ def ids_request(loaded, text_ids=None, **params):
                             reference_ids=reference_ids)
 
 
+def test_speaker_is_a_list_of_the_released_presets():
+    """The widget lists the nine speakers of the released CustomVoice models (their config.json spk_id
+    keys, in the model cards' spelling) after "" for VoiceDesign and Base; typed names go in custom_speaker."""
+    from mizuoto import engines
+    from mizuoto.core.errors import InputError
+
+    spec = engines.get("qwen3tts")
+    params = {p.name: p for p in spec.speak_params}
+    assert params["speaker"].choices == ("", "Vivian", "Serena", "Uncle_Fu", "Dylan", "Eric", "Ryan", "Aiden",
+                                         "Ono_Anna", "Sohee")
+    assert params["speaker"].default == "" and params["custom_speaker"].choices is None
+    assert [p.name for p in spec.speak_params][:2] == ["speaker", "custom_speaker"]
+    with pytest.raises(InputError, match="speaker must be one of"):  # the list's own spelling only
+        spec.check_speak_params({"speaker": "vivian"})
+
+
 def test_unknown_speaker_lists_the_speakers(models):
     from mizuoto.core.errors import InputError
 
-    with pytest.raises(InputError, match=r"speaker 'Nobody' is not one of this model's speakers \(.*vivian"):
-        ids_request(models["custom_voice"], speaker="Nobody")
-    with pytest.raises(InputError, match="set speaker to one of"):
+    names = r"\(Eric, Ryan, Vivian\); set speaker to one of them"
+    with pytest.raises(InputError, match=r"speaker 'Aiden' is not one of this model's speakers " + names):
+        ids_request(models["custom_voice"], speaker="Aiden")  # a preset this (tiny) model lacks
+    with pytest.raises(InputError, match=r"speaker 'Nobody' is not one of this model's speakers " + names):
+        ids_request(models["custom_voice"], speaker="Vivian", custom_speaker="Nobody")
+    with pytest.raises(InputError, match="set speaker to one of Eric, Ryan, Vivian$"):
         ids_request(models["custom_voice"])
+
+
+def test_custom_speaker_is_matched_without_regard_to_case(models):
+    """A typed speaker overrides the list and is matched as upstream matches it: "VIVIAN" is Vivian."""
+    listed, _ = ids_request(models["custom_voice"], speaker="Vivian")
+    typed, _ = ids_request(models["custom_voice"], speaker="Ryan", custom_speaker=" VIVIAN ")
+    assert torch.equal(listed, typed)
+    other, _ = ids_request(models["custom_voice"], speaker="Ryan")
+    assert not torch.equal(listed, other)
+
+
+def test_a_fine_tunes_own_speakers_are_named_in_the_error(models):
+    """A fine-tune whose speakers the list lacks: the error names them and points at custom_speaker."""
+    from dataclasses import replace
+
+    from mizuoto.core.errors import InputError
+    from mizuoto.engines.qwen3tts import engine
+
+    state = models["custom_voice"].state
+    talker = replace(state.config.talker, spk_id={"vivian": 1040, "my_voice": 1041})
+    tuned = replace(state, config=replace(state.config, talker=talker))
+    assert engine.speaker_names(tuned.config) == ["Vivian", "my_voice"]
+    hint = r"set speaker \(or custom_speaker, for my_voice\) to one of Vivian, my_voice$"
+    with pytest.raises(InputError, match=hint):
+        engine.build_request(tuned, torch.tensor([[1, 2]]), None, {"speaker": ""})
+    engine._check_kind(tuned, {"speaker": "", "custom_speaker": "My_Voice"}, None, None)  # accepted
 
 
 def test_requests_that_do_not_fit_the_kind(models):
@@ -186,15 +239,17 @@ def test_requests_that_do_not_fit_the_kind(models):
     with pytest.raises(InputError, match="Base model clones a voice: give reference audio"):
         ids_request(models["base"])
     with pytest.raises(InputError, match="only CustomVoice models have"):
-        ids_request(models["voice_design"], speaker="vivian")
+        ids_request(models["voice_design"], speaker="Vivian")
+    with pytest.raises(InputError, match="leave speaker and custom_speaker empty"):
+        ids_request(models["base"], custom_speaker="vivian")
     with pytest.raises(InputError, match="takes no reference audio"):
         ids_request(models["voice_design"], reference=(torch.zeros(4800), 24000))
     with pytest.raises(InputError, match="the text is empty"):
-        host.speak(models["custom_voice"], "  ", params=dict(speaker="vivian"))
+        host.speak(models["custom_voice"], "  ", params=dict(speaker="Vivian"))
     with pytest.raises(InputError, match="non_streaming_mode must be one of auto, on, off"):
-        ids_request(models["custom_voice"], speaker="vivian", non_streaming_mode="yes")
+        ids_request(models["custom_voice"], speaker="Vivian", non_streaming_mode="yes")
     with pytest.raises(InputError, match="language 'Klingon' is not supported"):
-        ids_request(models["custom_voice"], speaker="vivian", language="Klingon")
+        ids_request(models["custom_voice"], speaker="Vivian", language="Klingon")
 
 
 def test_clone_needs_a_transcript_unless_x_vector_only(models):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -156,24 +157,31 @@ def reference_requests(case: dict, tensors: dict) -> tuple[list[dict], bool, Gen
 
 @contextmanager
 def recording_logits(talker):
-    """Every float32 score row the talker (prefill included) and the predictor hand to sampling."""
+    """Every float32 score row the talker (prefill included) and the predictor hand to sampling, from
+    the modules' heads (prefill, DecoderSteps) and from the CPU's lean steps."""
+    from mizuoto.engines.qwen3tts import lean
+
     steps = {"talker_step_logits": [], "predictor_step_logits": []}
     predictor = talker.code_predictor
     talker_logits, predictor_logits = talker.logits, predictor.logits
+    lean_talker_logits, lean_logits = lean.LeanFrame._talker_logits, lean.LeanFrame._logits
 
-    def talker_recorded(hidden):
-        steps["talker_step_logits"].append(talker_logits(hidden))
+    def talker_recorded(hidden, head=talker_logits):
+        steps["talker_step_logits"].append(head(hidden))
         return steps["talker_step_logits"][-1]
 
-    def predictor_recorded(j, hidden):
-        steps["predictor_step_logits"].append(predictor_logits(j, hidden))
+    def predictor_recorded(j, hidden, head=predictor_logits):
+        steps["predictor_step_logits"].append(head(j, hidden))
         return steps["predictor_step_logits"][-1]
 
     talker.logits, predictor.logits = talker_recorded, predictor_recorded
+    lean.LeanFrame._talker_logits = lambda self, hidden: talker_recorded(hidden, partial(lean_talker_logits, self))
+    lean.LeanFrame._logits = lambda self, j, hidden: predictor_recorded(j, hidden, partial(lean_logits, self))
     try:
         yield steps
     finally:
         del talker.logits, predictor.logits
+        lean.LeanFrame._talker_logits, lean.LeanFrame._logits = lean_talker_logits, lean_logits
 
 
 def compare_references(data: Path) -> dict:
@@ -320,6 +328,43 @@ def test_graphs_give_the_eager_codes(models, fail):
     assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(eager, first, again, strict=True))
     if not fail:  # talker: 3 segments of 2 layers; predictor: 3 steps of 3 segments
         assert emulated.captures == 3 + 3 * 3
+
+
+@pytest.mark.parametrize("name, greedy", [("cv_streaming", False), ("cv_top_p_greedy_predictor", False),
+                                          ("vd_batch", True), ("base_batch_clone_and_x_vector", False)])
+def test_lean_steps_are_the_module_steps(models, name, greedy, monkeypatch):
+    """On the CPU the frame loop runs lean.py's steps: the codes of the modules' own steps (DecoderSteps
+    without graphs), sampled and greedy, padded batches included (all cases: against upstream's data)."""
+    from mizuoto.engines.qwen3tts import lean
+    from mizuoto.runtime.accel import dispatch
+
+    monkeypatch.setattr(dispatch, "DEBUG", False)  # the masks are checked by the other tests; this one is speed
+    overrides = dict(max_new_tokens=16, **(dict(do_sample=False, subtalker_dosample=False) if greedy else {}))
+    modules = codes_of(models, name, generate.Steps(models[CASES[name][0]][1], lean=False), **overrides)
+    draws = []
+    monkeypatch.setattr(lean.LeanFrame, "draw", lambda self, *a, f=lean.LeanFrame.draw: draws.append(1) or f(self, *a))
+    fast = codes_of(models, name, **overrides)
+    assert draws and all(torch.equal(a, b) for a, b in zip(modules, fast, strict=True))
+
+
+@pytest.mark.parametrize("variant", ["fused_projections", "bfloat16"])
+def test_lean_steps_follow_fused_projections_and_bfloat16(tmp_path, variant, monkeypatch):
+    from mizuoto.runtime.accel import dispatch
+    from mizuoto.runtime.context import RequestContext
+
+    monkeypatch.setattr(dispatch, "DEBUG", False)
+
+    dtype = torch.bfloat16 if variant == "bfloat16" else torch.float32
+    config, talker = checkpoint.load_talker(model_folder("custom_voice", tmp_path), dtype=dtype)
+    if variant == "fused_projections":
+        talker.decoder.fuse()
+        talker.code_predictor.decoder.fuse()
+    with torch.inference_mode():
+        batch = batch_for(config, talker, [CV_A, CV_B], False)
+    settings = settings_for(dict(max_new_tokens=12))
+    modules = generate.generate_codes(talker, batch, settings, RequestContext(4), generate.Steps(talker, lean=False))
+    fast = generate.generate_codes(talker, batch, settings, RequestContext(4))
+    assert all(torch.equal(a, b) for a, b in zip(modules, fast, strict=True))
 
 
 def test_growing_the_talker_cache_changes_nothing(models, monkeypatch, tmp_path):
