@@ -112,14 +112,17 @@ LOAD_SNIPPET = {
 }
 
 
-def peak_load_rss(side: str, folder: Path, dtype: str) -> float:
-    """Peak resident memory (GiB) of a fresh process that imports its side and loads the folder, minus
-    what the same process held after its imports (torch, the package) before loading."""
-    code = ("import resource, sys; sys.path.insert(0, {repo!r}); import torch\n"
+def peak_load_rss(side: str, folder: Path, dtype: str) -> tuple[float, float]:
+    """(peak resident memory of a fresh process that imports its side and loads the folder, how much of
+    it the load added over the imports), in GiB. Read from /proc's VmHWM: unlike ru_maxrss it starts
+    afresh at exec, so the parent's size does not leak into the child's peak."""
+    code = ("import sys; sys.path.insert(0, {repo!r}); import torch\n"
             "import mizuoto.host, voxcpm\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "def hwm():\n"
+            "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            "before = hwm()\n"
             + LOAD_SNIPPET[side] + "\n"
-            "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+            "print(before, hwm())")
     code = code.format(repo=str(REPO), folder=str(folder), dtype=dtype)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = map(int, done.stdout.split()[-2:])
@@ -138,15 +141,18 @@ def main():
     parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)  # a child process
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--build", choices=("tiny", "full"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         return run_side(args)
+    if args.build:
+        return build(args.build, args.folder)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.folder or Path(tmp) / args.size
-        if not (folder / "config.json").is_file():
+        if not (folder / "config.json").is_file():  # built in a process of its own, which then frees it all
             start = time.perf_counter()
-            build(args.size, folder)
+            subprocess.run([sys.executable, __file__, "--build", args.size, "--folder", str(folder)], check=True)
             print(f"built {args.size} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         dtype = "bfloat16" if args.size == "full" else "float32"
         weights = sum((folder / name).stat().st_size for name in ("model.safetensors", "audiovae.safetensors"))

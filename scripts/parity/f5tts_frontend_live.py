@@ -3,7 +3,7 @@
 Run it with the Python of an environment that has upstream installed (f5-tts, pypinyin 0.55.0, rjieba
 0.2.2, torchaudio's pure-Python parts); our modules are imported from the clone given by --ours:
 
-    /work/f5env/bin/python scripts/parity/f5tts_frontend_live.py [--ours /path/to/clone] [--cases N] [--seed S]
+    .venv-f5tts-upstream/bin/python scripts/parity/f5tts_frontend_live.py [--ours /path/to/clone] [--cases N] [--seed S]
 
 It pins one intra-op thread and ATEN_CPU_CAPABILITY=avx2 (re-executing itself to set the variable
 before torch loads). Everything must be identical; compared on random texts (English, Chinese, mixed,

@@ -3,7 +3,7 @@
 Run it with the Python of an environment that has upstream installed (f5-tts 1.1.22, pydub 0.25.1,
 soundfile); our module is imported from the clone given by --ours:
 
-    /work/f5env/bin/python scripts/parity/f5tts_silence_live.py [--ours /path/to/clone] [--cases N] [--seed S]
+    .venv-f5tts-upstream/bin/python scripts/parity/f5tts_silence_live.py [--ours /path/to/clone] [--cases N] [--seed S]
 
 Each case writes a random WAV (speech-like tone bursts with noise, separated by silences of random
 length and level, some near the -40/-42/-50 dBFS thresholds; random rate, 1-3 channels, 16-bit or

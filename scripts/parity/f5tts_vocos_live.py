@@ -3,7 +3,7 @@
 Run it with the Python of an environment that has upstream installed (vocos, f5-tts and torchaudio's
 pure-Python parts); our modules are imported from the clone given by --ours (default: this clone):
 
-    /work/f5env/bin/python scripts/parity/f5tts_vocos_live.py [--ours /path/to/clone] [--full]
+    .venv-f5tts-upstream/bin/python scripts/parity/f5tts_vocos_live.py [--ours /path/to/clone] [--full]
 
 It pins one intra-op thread and ATEN_CPU_CAPABILITY=avx2 for both sides (the variable must be set
 before torch loads, so the script re-executes itself with it when missing; ENGINES.md section 1 says why).

