@@ -132,3 +132,18 @@ def fingerprint(t: torch.Tensor) -> dict:
     a = t.detach().contiguous().cpu().numpy()
     return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
             "sum": round(float(a.astype(np.float64).sum()), 6)}
+
+
+def record_compiles(monkeypatch) -> list[str]:
+    """Stand torch.compile in with a recorder: every call of a 'compiled' module runs the module and
+    appends its class name to the returned list (so a test sees which calls went through compile)."""
+    calls: list[str] = []
+
+    def fake_compile(module, dynamic=None):
+        def run(*args, **kwargs):
+            calls.append(type(module).__name__)
+            return module(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    return calls

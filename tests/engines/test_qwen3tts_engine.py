@@ -345,19 +345,12 @@ def test_compile_decodes_through_the_compiled_codec_window(monkeypatch):
     for torch.compile here), in whole-clip and streaming decodes; a rebind with compile off goes back
     to the module itself and gives the same samples."""
     import torch
+    from helpers import record_compiles
 
     from mizuoto.engines.qwen3tts import engine as qwen_engine
     from mizuoto.host import load_model
 
-    calls = []
-
-    def fake_compile(module, dynamic=None):
-        def run(*args, **kwargs):
-            calls.append(type(module).__name__)
-            return module(*args, **kwargs)
-        return run
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
+    calls = record_compiles(monkeypatch)
     folder = DATA / "custom_voice"
     compiled = load_model("qwen3tts", folder, device="cpu", overrides={"compute.compile": True})
     groups = compiled.state.config.talker.num_code_groups

@@ -211,15 +211,9 @@ def test_cancel_between_patches(models):
 def test_compile_runs_the_compiled_dit_and_vae(models, monkeypatch):
     """compute.compile: every DiT call of the sampler and every VAE decode go through their compiled forms
     (a recording stand-in for torch.compile here); a rebind with compile off goes back to the modules."""
-    calls = []
+    from helpers import record_compiles
 
-    def fake_compile(module, dynamic=None):
-        def run(*args, **kwargs):
-            calls.append(type(module).__name__)
-            return module(*args, **kwargs)
-        return run
-
-    monkeypatch.setattr(torch, "compile", fake_compile)
+    calls = record_compiles(monkeypatch)
     compiled = host.load_model("voxcpm", DATA / "v2", device="cpu", overrides={"compute.compile": True})
     wave = say(compiled, seed=4).waveform
     assert calls.count("LocalDiT") == 6 * 9  # six patches, nine guided steps each (the first has zero velocity)
