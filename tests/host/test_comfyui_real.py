@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,6 +37,7 @@ if not COMFYUI_DIR:
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
+VOXCPM = REPO / "tests" / "parity" / "data" / "voxcpm" / "e2e"  # tiny random VoxCPM folders and recordings
 PACK = "ComfyUI-Mizuoto"  # the folder name users clone the pack into
 OUR_NODES = ("MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor")
 
@@ -194,6 +196,10 @@ def comfy(tmp_path_factory) -> Server:
         # models/, custom_nodes/, input/, output/, temp/ and user/ all under the temporary base.
         (base / "custom_nodes").mkdir()
         (base / "custom_nodes" / PACK).symlink_to(REPO, target_is_directory=True)
+        # a real engine's tiny model where the loader lists models, and a recording where LoadAudio reads
+        shutil.copytree(VOXCPM / "v2", base / "models" / "tts" / "voxcpm" / "tiny_v2")
+        (base / "input").mkdir()
+        shutil.copy(VOXCPM / "prompt16.wav", base / "input" / "prompt16.wav")
         args += ["--base-directory", str(base)]
         output = base / "output"
     else:
@@ -341,6 +347,36 @@ def test_speak_and_save_flac(comfy):
     report = report_of(comfy, entry)
     assert report["engine"] == "dummy" and report["seed"] == 7, report
     saved_flac(comfy, entry)
+
+
+def test_voxcpm_example_workflow_clones_a_voice(comfy):
+    """workflows/api/voxcpm.json as a user queues it, pointed at a tiny VoxCPM2 in the models folder and a
+    recording in the input folder (LoadAudio), with six patches for time: a real engine's loader, speak
+    node and reference audio through ComfyUI's own nodes, saved as FLAC."""
+    listed = combo_options(comfy.get("/object_info/MizuotoVoxCPMLoader")["MizuotoVoxCPMLoader"]["input"]
+                           ["required"]["model"])
+    if "voxcpm/tiny_v2" not in listed:
+        pytest.skip("this ComfyUI has no --base-directory: the test's model folder is not listed")
+    graph = json.loads((REPO / "workflows" / "api" / "voxcpm.json").read_text())
+    for node in graph.values():
+        node.pop("_meta", None)
+        if node["class_type"] == "LoadAudio":
+            node["inputs"]["audio"] = "prompt16.wav"
+        elif node["class_type"] == "MizuotoVoxCPMLoader":
+            node["inputs"].update(model="voxcpm/tiny_v2", device="cpu", dtype="float32")
+        elif node["class_type"] == "MizuotoVoxCPMSpeak":
+            node["inputs"].update(max_len=6, min_len=6, retry_badcase=False, reference_text="a prompt")
+        elif node["class_type"] == "SaveAudio":
+            node["inputs"]["filename_prefix"] = "mizuoto_voxcpm"
+    entry = comfy.run(graph)
+    (speak_id,) = [i for i, n in graph.items() if n["class_type"] == "MizuotoVoxCPMSpeak"]
+    report = json.loads(entry["outputs"][speak_id]["report"][0])
+    assert report["engine"] == "voxcpm" and report["sample_rate"] == 48000, report
+    assert report["samples"] == 6 * 4 * 96 and report["speak"]["clone_mode"] == "continuation", report
+    (save_id,) = [i for i, n in graph.items() if n["class_type"] == "SaveAudio"]
+    files = entry["outputs"][save_id]["audio"]
+    path = comfy.output / files[0].get("subfolder", "") / files[0]["filename"]
+    assert path.read_bytes()[:4] == b"fLaC"
 
 
 def test_second_prompt_reuses_the_cached_loader(comfy):
