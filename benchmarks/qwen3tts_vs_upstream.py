@@ -50,12 +50,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts" / "parity"))
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from qwen3tts_released import RELEASED_DECODER  # noqa: E402  (scripts/parity)
 
 TINY = REPO / "tests" / "parity" / "data" / "qwen3tts" / "custom_voice"
 # The parity suite's greedy case: random tiny weights stop early when sampled, greedy runs to the limit.
@@ -94,13 +96,7 @@ FULL_TOP = dict(tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size="0b6",
                 tts_eos_token_id=151673, assistant_token_id=77091, architectures=["Qwen3TTSForConditionalGeneration"])
 # Qwen/Qwen3-TTS-Tokenizer-12Hz: the decoder_config as published (also scripts/parity/qwen3tts_codec_live.py);
 # the encoder is transformers' MimiConfig with its defaults at 12.5 frames per second.
-FULL_DECODER = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, latent_dim=1024, hidden_size=512,
-                    num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16, head_dim=64,
-                    intermediate_size=1024, hidden_act="silu", attention_bias=False, rms_norm_eps=1e-5,
-                    rope_theta=10000, sliding_window=72, max_position_embeddings=8000,
-                    layer_scale_initial_scale=0.01, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
-                    decoder_dim=1536, num_semantic_quantizers=1, semantic_codebook_size=4096,
-                    vector_quantization_hidden_dimension=512)
+FULL_DECODER = RELEASED_DECODER
 FULL_ENCODER = {"_frame_rate": 12.5}
 GENERATION_CONFIG = {"do_sample": True, "repetition_penalty": 1.05, "temperature": 0.9, "top_p": 1.0, "top_k": 50,
                      "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_p": 1.0,

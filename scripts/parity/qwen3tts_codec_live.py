@@ -35,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from qwen3tts_released import RELEASED_DECODER  # beside this script
 
 
 def _parse():
@@ -86,15 +87,6 @@ TINY_DECODERS = {
                    attention_bias=True, sliding_window=5, rope_theta=500.0, upsampling_ratios=[2, 2, 1],
                    upsample_rates=[2, 2, 4], decoder_dim=24),
 }
-RELEASED_DECODER = dict(codebook_size=2048, codebook_dim=512, num_quantizers=16, latent_dim=1024, hidden_size=512,
-                        num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=16, head_dim=64,
-                        intermediate_size=1024, hidden_act="silu", attention_bias=False, rms_norm_eps=1e-5,
-                        rope_theta=10000, sliding_window=72, max_position_embeddings=8000,
-                        layer_scale_initial_scale=0.01, upsample_rates=[8, 5, 4, 3], upsampling_ratios=[2, 2],
-                        decoder_dim=1536, num_semantic_quantizers=1, semantic_codebook_size=4096,
-                        vector_quantization_hidden_dimension=512)
-
-
 def compare(name: str, ours: torch.Tensor, theirs: torch.Tensor):
     ours, theirs = torch.as_tensor(ours), torch.as_tensor(theirs)
     same_shape = ours.shape == theirs.shape and ours.dtype == theirs.dtype
