@@ -1,5 +1,16 @@
-"""What the parity scripts share: both sides at one CPU kernel level, which clone is ours, and how
-reference files are written and described."""
+"""What the parity processes share: the pins every reference writer, every pinned comparison and the machine
+fingerprint run under, which clone is ours, and how reference files are written and described.
+
+Why these pins (measured with fingerprint.py's battery; tests/parity/README.md has the table):
+- one thread: reductions split by thread count;
+- ATEN_CPU_CAPABILITY=avx2: torch's own vectorised kernels (softmax, SDPA, reductions) differ between levels;
+- MKL_CBWR=COMPATIBLE: MKL's GEMM otherwise picks its code by CPU vendor and model (an AMD machine reports no
+  ISA branch at all, so AVX2 is ignored there and only COMPATIBLE is honoured on every x86-64 CPU);
+- oneDNN off in process (torch.backends.mkldnn): strided and depthwise convolutions, GELU and LSTM go to oneDNN,
+  which picks kernels by ISA and cache sizes; ATen's own kernels then run them. DNNL_MAX_CPU_ISA caps what is
+  left. Torch reads these once (the capability when it loads, MKL at its first call), so a process that
+  lacks them re-executes itself before importing torch.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +20,46 @@ import sys
 from pathlib import Path
 
 CAPABILITY = "avx2"  # every x86-64 test machine here has it; float results depend on the level
+PINS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": CAPABILITY,
+        "MKL_CBWR": "COMPATIBLE", "DNNL_MAX_CPU_ISA": "AVX2"}
 
 
-def reexec_with_pinned_kernels() -> None:
-    """Restart this script with ATEN_CPU_CAPABILITY pinned: torch reads it once, when it loads."""
-    if os.environ.get("ATEN_CPU_CAPABILITY") != CAPABILITY:
-        env = dict(os.environ, ATEN_CPU_CAPABILITY=CAPABILITY)
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+def pinned_env(env: dict | None = None) -> dict:
+    """`env` (default: this process's) with the pins set, for a child process."""
+    return {**(os.environ if env is None else env), **PINS}
+
+
+def is_pinned(env: dict | None = None) -> bool:
+    env = os.environ if env is None else env
+    return all(env.get(name) == value for name, value in PINS.items())
+
+
+def reexec_pinned() -> None:
+    """Restart this script with the pins in its environment, unless they are there already."""
+    if not is_pinned():
+        os.execve(sys.executable, [sys.executable, *sys.argv], pinned_env())
+
+
+def apply_in_process() -> None:
+    """The pins that are settings of torch, not of the environment: one intra-op thread, oneDNN off."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.backends.mkldnn.enabled = False
+
+
+def pin_process() -> None:
+    """Every pin, for a parity script: call it first thing, before torch is imported."""
+    reexec_pinned()
+    apply_in_process()
+
+
+def check_pinned() -> None:
+    """Refuse to describe references computed without every pin (they would carry a wrong fingerprint)."""
+    import torch
+
+    assert is_pinned(), f"run under the parity pins {PINS} (pinned.pin_process)"
+    assert torch.get_num_threads() == 1 and not torch.backends.mkldnn.enabled, "call pinned.pin_process() first"
 
 
 def add_ours_argument(parser: argparse.ArgumentParser) -> None:
@@ -38,10 +82,12 @@ def write_references(refs: dict, path) -> None:
 
 
 def environment(packages) -> dict:
-    """What the references' numbers depend on: torch, threads, CPU kernel level, package versions."""
+    """What the references' numbers depend on: torch, threads, the pins, package versions."""
     from importlib import metadata
 
     import torch
+
+    check_pinned()
 
     def version(name):
         try:
@@ -51,5 +97,5 @@ def environment(packages) -> dict:
 
     return {"torch": torch.__version__, "num_threads": torch.get_num_threads(),
             "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "pins": PINS, "mkldnn": False,
             "versions": {name: version(name) for name in packages}, "python": sys.version.split()[0]}

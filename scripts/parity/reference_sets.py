@@ -1,0 +1,234 @@
+#!/usr/bin/env python
+"""Every stored reference set: where it lives, which upstream environment writes it and with which commands,
+and how a set is written, fingerprinted and, on a machine with other floats, regenerated.
+
+    python scripts/parity/reference_sets.py list
+    python scripts/parity/reference_sets.py write NAME [--out DIR] [--python PY]
+        # runs the set's writers under the pins and records the fingerprint of the machine that ran them
+    python scripts/parity/reference_sets.py regenerate NAME
+        # what the test suite does on a machine whose fingerprint differs: builds (or reuses) the oracle
+        # environment in the cache and writes the set there; prints the folder
+
+A set is one folder under tests/parity/data. Its `fingerprint.json` says which floats its numbers are: tests
+compare exactly against the committed folder only where fingerprint.py measures the same here. Elsewhere
+the pinned upstream environment (scripts/parity/<oracle>_upstream_env.sh) is built once per pin set in the
+cache (MIZUOTO_PARITY_CACHE, else $XDG_CACHE_HOME/mizuoto-parity, else ~/.cache/mizuoto-parity) and the set
+is written again there by the same deterministic writers; the committed folder is never touched.
+Upstreams that only live on GitHub cannot be rebuilt here: their sets have no oracle environment, and their
+tests fall back to tolerance.py's comparison on a foreign machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pinned import pinned_env  # noqa: E402  (beside this script)
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+DATA = REPO / "tests" / "parity" / "data"
+FINGERPRINT_FILE = "fingerprint.json"
+OUT = "{out}"  # a writer argument replaced by the folder being written
+
+
+@dataclass(frozen=True)
+class ReferenceSet:
+    name: str  # its folder under tests/parity/data
+    oracle: str | None  # scripts/parity/<oracle>_upstream_env.sh builds upstream; None: a GitHub-only upstream
+    writers: tuple[tuple[str, ...], ...]  # each: a script of scripts/parity and its arguments
+    floats: bool = True  # False: integers only (token ids), the same on every machine
+    needs: tuple[str, ...] = ()  # other files the writers read (repo-relative): they key the cache too
+    upstream: str = ""  # what upstream is, for the one-line messages
+    root: Path = DATA  # where the committed folder is (tests point it at copies)
+
+    @property
+    def committed(self) -> Path:
+        return self.root / self.name
+
+    @property
+    def env_script(self) -> Path | None:
+        return HERE / f"{self.oracle}_upstream_env.sh" if self.oracle else None
+
+    def sources(self) -> list[Path]:
+        """Every file whose content decides what the writers write (the cache key)."""
+        files = {HERE / "pinned.py", HERE / "fingerprint.py", *(HERE / w[0] for w in self.writers),
+                 *(REPO / n for n in self.needs)}
+        if self.env_script:
+            files.add(self.env_script)
+        return sorted(files)
+
+
+SETS = {s.name: s for s in (
+    ReferenceSet("f5tts", "f5tts", (("f5tts_references.py", OUT),), upstream="f5-tts 1.1.22 + vocos 0.1.0"),
+    ReferenceSet("qwen3tts", "qwen3tts", (
+        ("qwen3tts_references.py", OUT),
+        ("qwen3tts_codec_live.py", "--golden", OUT),
+        ("qwen3tts_speaker_live.py", "--golden", OUT),
+        ("qwen3tts_mimi_live.py", "--golden", OUT),
+        ("qwen3tts_generate_live.py", "--golden", OUT),
+    ), needs=("tests/engines/test_qwen3tts_codec.py", "tests/engines/test_qwen3tts_generate.py"),
+        upstream="qwen-tts 0.1.1"),
+    ReferenceSet("voxcpm/e2e", "voxcpm", (("voxcpm_references.py", OUT),), needs=("scripts/parity/voxcpm_models.py",),
+                 upstream="voxcpm 2.0.3"),
+    ReferenceSet("voxcpm/minicpm", "voxcpm", (("voxcpm_minicpm_references.py", OUT),), upstream="voxcpm 2.0.3"),
+    ReferenceSet("voxcpm/vae", "voxcpm", (("voxcpm_vae_references.py", OUT),), upstream="voxcpm 2.0.3"),
+    ReferenceSet("voxcpm/cfm", "voxcpm", (("voxcpm_cfm_references.py", OUT),), upstream="voxcpm 2.0.3"),
+    ReferenceSet("voxcpm/tokenizer", "voxcpm", (("voxcpm_tokenizer_references.py", OUT),), floats=False,
+                 upstream="voxcpm 2.0.3"),
+    ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
+                 "GitHub-only: the first user of the tolerance fallback)"),
+)}
+
+
+class RegenerationError(RuntimeError):
+    """The set cannot be written here (no oracle, no registry, a writer failed): one line, what to do."""
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("MIZUOTO_PARITY_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "mizuoto-parity"
+
+
+def digest(paths) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(str(Path(path).name).encode() + b"\0" + Path(path).read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def recorded_fingerprint(folder: Path) -> dict | None:
+    path = Path(folder) / FINGERPRINT_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def machine_fingerprint(python: str | None = None) -> dict:
+    """This machine's fingerprint, measured by `python` (default this interpreter) under the pins."""
+    done = subprocess.run([python or sys.executable, str(HERE / "fingerprint.py")], capture_output=True, text=True,
+                          env=pinned_env(), timeout=300)
+    if done.returncode != 0:
+        raise RegenerationError(f"fingerprint.py failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextmanager
+def locked(path: Path):
+    """One process at a time builds a given environment or set (parallel test runs share the cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def oracle_python(oracle: str, root: Path | None = None, log=print) -> Path:
+    """The interpreter of the pinned upstream environment `oracle`, built into the cache on first use (keyed by
+    its env script, so a change of pins builds a new one)."""
+    script = HERE / f"{oracle}_upstream_env.sh"
+    root = root or cache_root()
+    venv = root / "venvs" / f"{oracle}-{digest([script])}"
+    done = venv / ".complete"
+    with locked(root / "venvs" / f".{venv.name}.lock"):
+        if not done.exists():
+            log(f"parity: building the {oracle} upstream environment in {venv} (once per pin set)")
+            shutil.rmtree(venv, ignore_errors=True)
+            build = subprocess.run(["bash", str(script), str(venv)], capture_output=True, text=True)
+            if build.returncode != 0:
+                shutil.rmtree(venv, ignore_errors=True)
+                tail = (build.stderr.strip() or build.stdout.strip()).splitlines()[-1:] or ["no output"]
+                raise RegenerationError(f"the {oracle} upstream environment could not be built here "
+                                        f"({script.name}: {tail[0][:300]})")
+            done.write_text(script.read_text())
+    return venv / "bin" / "python"
+
+
+def write(reference_set: ReferenceSet, out: Path, python: str) -> dict:
+    """Run every writer of the set into `out` with `python`, under the pins, then record the fingerprint that
+    interpreter measures. Returns that fingerprint."""
+    out.mkdir(parents=True, exist_ok=True)
+    for writer in reference_set.writers:
+        argv = [python, str(HERE / writer[0]), *(str(out) if a == OUT else a for a in writer[1:])]
+        done = subprocess.run(argv, capture_output=True, text=True, env=pinned_env(), cwd=REPO)
+        if done.returncode != 0:
+            tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+            raise RegenerationError(f"{writer[0]} failed writing {reference_set.name}: {tail[0][:300]}")
+    fingerprint = machine_fingerprint(python)
+    (out / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=1) + "\n")
+    return fingerprint
+
+
+def regenerated(reference_set: ReferenceSet, fingerprint: dict, root: Path | None = None, python: str | None = None,
+                log=print) -> Path:
+    """The set written on this machine (whose fingerprint is `fingerprint`) into the cache, built once: the
+    folder is complete or absent, never half-written."""
+    if reference_set.oracle is None and python is None:
+        raise RegenerationError(f"{reference_set.name}: its upstream ({reference_set.upstream}) cannot be run here")
+    root = root or cache_root()
+    key = f"{fingerprint['id']}-{digest(reference_set.sources())}"
+    folder = root / "sets" / key / reference_set.name
+    with locked(root / "sets" / f".{key}-{reference_set.name.replace('/', '-')}.lock"):
+        if (folder / FINGERPRINT_FILE).exists():
+            return folder
+        python = python or str(oracle_python(reference_set.oracle, root, log))
+        log(f"parity: writing {reference_set.name} with {reference_set.upstream} on this machine ({folder})")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
+        try:
+            written = write(reference_set, staging, python)
+            if written["id"] != fingerprint["id"]:
+                raise RegenerationError(f"{reference_set.name}: the oracle measures fingerprint {written['id']}, "
+                                        f"the test process {fingerprint['id']} (different torch builds?)")
+            staging.rename(folder)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list")
+    w = sub.add_parser("write", help="write a set (default: into its committed folder)")
+    w.add_argument("name", choices=sorted(SETS))
+    w.add_argument("--out", type=Path)
+    w.add_argument("--python", help="the upstream environment's interpreter (default: build it in the cache)")
+    r = sub.add_parser("regenerate", help="write a set into the cache, as the tests do on a foreign machine")
+    r.add_argument("name", choices=sorted(SETS))
+    sub.add_parser("fingerprint", help="this machine's fingerprint")
+    args = parser.parse_args()
+    if args.command == "list":
+        here = machine_fingerprint()["id"]
+        for s in SETS.values():
+            recorded = (recorded_fingerprint(s.committed) or {}).get("id")
+            state = "matches this machine" if recorded == here else f"written at {recorded}, here {here}"
+            print(f"{s.name:18s} {s.oracle or 'github-only':10s} {state}")
+    elif args.command == "write":
+        s = SETS[args.name]
+        # a GitHub-only upstream is installed by whoever writes its set: its interpreter is --python (or this one)
+        python = args.python or (sys.executable if s.oracle is None else str(oracle_python(s.oracle)))
+        print(json.dumps(write(s, args.out or s.committed, python)["id"]))
+    elif args.command == "regenerate":
+        print(regenerated(SETS[args.name], machine_fingerprint()))
+    else:
+        print(json.dumps(machine_fingerprint(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
