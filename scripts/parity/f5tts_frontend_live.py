@@ -35,7 +35,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
@@ -47,7 +47,7 @@ def _parse():
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 

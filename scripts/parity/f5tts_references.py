@@ -30,12 +30,9 @@ import os
 import sys
 import time
 
-assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from pinned import pin_process  # noqa: E402  (beside this script)
 
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
+pin_process()  # re-executes under the parity pins, then one thread and oneDNN off
 
 import functools  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
@@ -44,6 +41,7 @@ from importlib.resources import files  # noqa: E402
 import f5_tts.infer.utils_infer as UI  # noqa: E402
 import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
+import torch  # noqa: E402
 import torchaudio  # noqa: E402
 import yaml  # noqa: E402
 from f5_tts.model import CFM, DiT, UNetT  # noqa: E402

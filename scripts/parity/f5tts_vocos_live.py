@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
@@ -37,7 +37,7 @@ def _parse():
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 

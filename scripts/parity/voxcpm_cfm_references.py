@@ -25,20 +25,15 @@ right before the call; ours is given `torch.Generator().manual_seed(seed)`.
 
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import environment, reexec_with_pinned_kernels, write_references  # noqa: E402  (beside this script)
+from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
 
-reexec_with_pinned_kernels()
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+pin_process()
 
 import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
 from voxcpm.modules.layers.scalar_quantization_layer import ScalarQuantizationLayer  # noqa: E402
 from voxcpm.modules.locdit import CfmConfig, UnifiedCFM, VoxCPMLocDiT, VoxCPMLocDiTV2  # noqa: E402
 from voxcpm.modules.minicpm4 import MiniCPM4Config  # noqa: E402

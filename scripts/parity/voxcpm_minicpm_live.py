@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
@@ -38,7 +38,7 @@ def _parse():
 
 
 if "--unpinned" not in sys.argv:
-    reexec_with_pinned_kernels()
+    pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 

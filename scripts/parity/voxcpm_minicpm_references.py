@@ -24,21 +24,16 @@ Decoding uses upstream's StaticKVCache with max_length 128 (the tests run ours a
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import environment, reexec_with_pinned_kernels, write_references  # noqa: E402
+from pinned import environment, pin_process, write_references  # noqa: E402
 
-reexec_with_pinned_kernels()
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
+pin_process()
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from voxcpm.modules.locdit import VoxCPMLocDiT, VoxCPMLocDiTV2  # noqa: E402
 from voxcpm.modules.locenc import VoxCPMLocEnc  # noqa: E402
 from voxcpm.modules.minicpm4 import MiniCPM4Config, MiniCPMModel  # noqa: E402

@@ -25,17 +25,15 @@ import os
 import sys
 import time
 
-assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from pinned import pin_process  # noqa: E402  (beside this script)
+
+pin_process()  # re-executes under the parity pins, then one thread and oneDNN off
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
 import numpy as np  # noqa: E402
 import soundfile  # noqa: E402
+import torch  # noqa: E402
 import voxcpm  # noqa: E402
 from pinned import environment, write_references  # noqa: E402  (beside this script)
 from voxcpm.model import voxcpm as upstream_v1  # noqa: E402

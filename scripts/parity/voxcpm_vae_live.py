@@ -30,7 +30,7 @@ import time
 import warnings
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
@@ -42,7 +42,7 @@ def _parse():
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 

@@ -35,16 +35,14 @@ import os
 import sys
 import time
 
-assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from pinned import pin_process  # noqa: E402  (beside this script)
 
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
+pin_process()  # re-executes under the parity pins, then one thread and oneDNN off
 
 import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from pinned import environment, write_references  # noqa: E402  (beside this script)
 from safetensors.torch import save_file  # noqa: E402
 from voxcpm.modules.audiovae import AudioVAE, AudioVAEConfig, AudioVAEConfigV2, AudioVAEV2  # noqa: E402

@@ -28,7 +28,7 @@ from mizuoto.engines.voxcpm.audio_vae_layers import Snake
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "voxcpm" / "vae"
 
@@ -84,7 +84,7 @@ def _reference_names() -> list[str]:
 
 @pytest.fixture(scope="module")
 def ours_pinned():
-    return run_pinned(__file__, timeout=300)
+    return run_pinned(__file__, reference_dir("voxcpm/vae"), timeout=300)
 
 
 @pytest.mark.skipif(not _reference_names(), reason="no VoxCPM VAE references in tests/parity/data/voxcpm/vae")
@@ -427,5 +427,5 @@ def test_decoder_traces_in_one_graph(streaming):
 
 
 if __name__ == "__main__":  # the pinned subprocess of the tests against upstream
-    torch.set_num_threads(1)
-    print(json.dumps(reference_diffs(REFERENCES) if (REFERENCES / "references.json").is_file() else {}))
+    folder = Path(sys.argv[1])  # the set valid on this machine (helpers.reference_dir)
+    print(json.dumps(reference_diffs(folder) if (folder / "references.json").is_file() else {}))

@@ -25,7 +25,7 @@ from mizuoto.engines.voxcpm import cfm, heads
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import EmulatedGraphs, HostReads, run_pinned  # noqa: E402
+from helpers import EmulatedGraphs, HostReads, reference_dir, run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "voxcpm" / "cfm"
 LOCAL_DIT = Path(__file__).resolve().parents[2] / "engines" / "voxcpm" / "local.py"
@@ -67,12 +67,12 @@ def diff(ours: torch.Tensor, theirs: torch.Tensor):
     return 0.0 if torch.equal(ours, theirs) else (ours - theirs).abs().max().item()
 
 
-def reference_diffs(with_dit: bool) -> dict:
+def reference_diffs(folder: Path, with_dit: bool) -> dict:
     """Everything in the references, ours against upstream's: name -> diff()."""
     from safetensors.torch import load_file
 
-    refs = load_file(str(REFERENCES / "references.safetensors"))
-    cases = json.loads((REFERENCES / "references.json").read_text())["cases"]
+    refs = load_file(str(folder / "references.safetensors"))
+    cases = json.loads((folder / "references.json").read_text())["cases"]
     out = {}
     probe = {k[len("toy/probe/w_"):]: v for k, v in refs.items() if k.startswith("toy/probe/w_")}
     out["toy/probe"] = diff(toy_velocity(probe, *(refs[f"toy/probe/{a}"] for a in ARGS)), refs["toy/probe/out"])
@@ -133,7 +133,7 @@ def reference_diffs(with_dit: bool) -> dict:
 @functools.cache
 def pinned_diffs() -> dict:
     """One pinned subprocess for both reference tests (with the DiT cases once local.py exists)."""
-    return run_pinned(__file__, "dit" if LOCAL_DIT.exists() else "toy", timeout=300)
+    return run_pinned(__file__, reference_dir("voxcpm/cfm"), "dit" if LOCAL_DIT.exists() else "toy", timeout=300)
 
 
 def test_references_are_reproduced_bit_for_bit():
@@ -318,4 +318,4 @@ def test_real_cuda_graphs_give_the_eager_bits_and_upstreams_draws():
 
 if __name__ == "__main__":  # the pinned subprocess of the reference tests
     torch.set_num_threads(1)
-    print(json.dumps(reference_diffs(with_dit=sys.argv[1] == "dit")))
+    print(json.dumps(reference_diffs(Path(sys.argv[1]), with_dit=sys.argv[2] == "dit")))

@@ -32,7 +32,7 @@ from mizuoto.runtime.context import RequestContext
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "voxcpm" / "minicpm"
 
@@ -71,14 +71,14 @@ def decode(model: MiniCPM, case: dict, refs: dict, name: str, capacity: int, ste
     return out
 
 
-def reference_outputs() -> dict:
+def reference_outputs(folder: Path) -> dict:
     """name -> (ours, upstream's) for every reference (run in the pinned subprocess)."""
     from safetensors.torch import load_file
 
-    info = json.loads((DATA / "references.json").read_text())
+    info = json.loads((folder / "references.json").read_text())
     # copied into fresh (64-byte aligned) memory, as upstream's inputs were: CPU matrix kernels round some
     # small products differently for data at the file's offsets
-    refs = {k: v.clone() for k, v in load_file(str(DATA / "references.safetensors")).items()}
+    refs = {k: v.clone() for k, v in load_file(str(folder / "references.safetensors")).items()}
     out = {}
     with torch.no_grad():
         for name, case in info["cases"].items():
@@ -121,7 +121,7 @@ def _reference_names() -> list[str]:
 
 @pytest.fixture(scope="module")
 def ours_pinned():
-    return run_pinned(__file__, timeout=300)
+    return run_pinned(__file__, reference_dir("voxcpm/minicpm"), timeout=300)
 
 
 def test_references_are_there():
@@ -457,9 +457,8 @@ def test_real_cuda_graphs_give_the_eager_steps(lm):
 
 
 if __name__ == "__main__":  # the pinned subprocess of the tests against upstream
-    torch.set_num_threads(1)
     compared = {}
-    for name, (ours, theirs) in reference_outputs().items():
+    for name, (ours, theirs) in reference_outputs(Path(sys.argv[1])).items():
         same = ours.shape == theirs.shape and ours.dtype == theirs.dtype
         compared[name] = ((ours - theirs).abs().max().item() if ours.numel() else 0.0) if same else None
     print(json.dumps(compared))

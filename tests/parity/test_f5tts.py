@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_pinned
+from helpers import reference_dir, run_pinned
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "f5tts"
@@ -29,7 +29,7 @@ pytest.importorskip("rjieba")
 def results():
     info = json.loads((DATA / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    return run_pinned(HERE / "f5tts_compare.py", DATA)
+    return run_pinned(HERE / "f5tts_compare.py", reference_dir("f5tts"))
 
 
 def expected_outputs() -> list[str]:

@@ -22,7 +22,7 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "voxcpm" / "e2e"
 MODES = {(True, False): "continuation", (False, True): "reference", (True, True): "both"}
@@ -108,7 +108,7 @@ def results():
     info = json.loads((DATA / "references.json").read_text())
     environment = info["environment"]
     assert environment["num_threads"] == 1 and environment["ATEN_CPU_CAPABILITY"] == "avx2"
-    return run_pinned(__file__, DATA)
+    return run_pinned(__file__, reference_dir("voxcpm/e2e"))
 
 
 def test_every_case_is_compared(results):
