@@ -39,6 +39,17 @@ def pytest_sessionfinish(session, exitstatus):
         reporter.write_line(f"\nMIZUOTO_TEST_ACCEL=count: all {len(declared)} engine attention sites dispatched")
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Say how each stored reference set was compared (tests/parity/README.md): exactly against the committed
+    files, exactly against a set written here by upstream, or within the fallback's tolerances."""
+    from helpers import PARITY_MODES
+
+    if PARITY_MODES:
+        terminalreporter.write_sep("-", "parity references")
+        for name, mode in sorted(PARITY_MODES.items()):
+            terminalreporter.write_line(f"{name}: {mode}")
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(monkeypatch, tmp_path_factory):
     for name in list(os.environ):

@@ -1,7 +1,10 @@
 """Test helpers shared by several test files (tests/ is on sys.path through conftest.py)."""
 
+import functools
+import sys
 import threading
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -96,21 +99,47 @@ def save_upstream_whisper(model, dims: dict, path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Parity against references written at one thread and ATEN_CPU_CAPABILITY=avx2 (ENGINES.md §1): the
-# comparison runs in a process pinned the same way, since torch reads the level once, when it loads.
+# Parity against stored references (tests/parity/README.md): every comparison process runs under the pins
+# the writers ran under (scripts/parity/pinned.py), and reads the reference set that is valid on this
+# machine: the committed one where its recorded fingerprint is this machine's, else one written here by
+# upstream's own code.
+
+PARITY_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "parity"
+
+
+def _parity_module(name: str):
+    import importlib.util
+
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(PARITY_SCRIPTS) not in sys.path:
+        sys.path.append(str(PARITY_SCRIPTS))  # the modules import each other by their plain names
+    spec = importlib.util.spec_from_file_location(name, PARITY_SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def reference_sets():
+    return _parity_module("reference_sets")
+
+
+# The run in a pinned process: the in-process pins first, then the script as __main__.
+_PINNED_RUNNER = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); import pinned; pinned.apply_in_process(); "
+                  "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def run_pinned(script, *args, timeout: int = 600) -> dict:
-    """`python script *args` at one thread and ATEN_CPU_CAPABILITY=avx2 -> the JSON of its last line."""
+    """`python script *args` under the parity pins (one thread, avx2, MKL_CBWR, oneDNN off) -> the JSON of
+    its last line."""
     import json
-    import os
     import subprocess
-    import sys
 
     require_avx2()
-    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    env = _parity_module("pinned").pinned_env()
+    done = subprocess.run([sys.executable, "-c", _PINNED_RUNNER, str(PARITY_SCRIPTS), str(script), *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -121,6 +150,47 @@ def require_avx2() -> None:
 
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         pytest.skip("the references were computed on x86-64 with AVX2 kernels")
+
+
+@functools.lru_cache(maxsize=None)
+def machine_fingerprint() -> dict:
+    """This machine's fingerprint under the pins (measured once per test session)."""
+    require_avx2()
+    return reference_sets().machine_fingerprint()
+
+
+# name -> how its comparisons run here: "exact (committed)", "exact (written here)" or "tolerance (...)";
+# conftest.py prints it at the end of the run.
+PARITY_MODES: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def reference_dir(name: str) -> Path:
+    """The folder of reference set `name` (scripts/parity/reference_sets.py) whose numbers are this machine's:
+    the committed one when its fingerprint matches (or it holds integers only), else the set written here by
+    the pinned upstream environment (built once in the cache). Fails in one line where that cannot be done."""
+    return resolve(reference_sets().SETS[name])
+
+
+def resolve(spec, root: Path | None = None) -> Path:
+    """reference_dir for a ReferenceSet (its committed folder may be a copy), with the cache at `root`."""
+    import pytest
+
+    sets = reference_sets()
+    recorded = (sets.recorded_fingerprint(spec.committed) or {}).get("id")
+    here = machine_fingerprint()["id"]
+    if not spec.floats or recorded == here:
+        PARITY_MODES[spec.name] = "exact, committed references" + ("" if spec.floats else " (integers only)")
+        return spec.committed
+    try:
+        folder = sets.regenerated(spec, machine_fingerprint(), root=root,
+                                  log=lambda line: print(line, file=sys.stderr))
+    except sets.RegenerationError as error:
+        pytest.fail(f"{spec.name}: the stored references were written at fingerprint {recorded}, this machine "
+                    f"measures {here}, and {error}; run where PyPI is reachable, or rewrite them here with "
+                    f"`python scripts/parity/reference_sets.py write {spec.name}`", pytrace=False)
+    PARITY_MODES[spec.name] = f"exact, written here by {spec.upstream} ({folder})"
+    return folder
 
 
 def fingerprint(t: torch.Tensor) -> dict:

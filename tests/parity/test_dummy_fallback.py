@@ -1,0 +1,21 @@
+"""The dummy engine's code decoder against transformers' own Qwen3 (tests/parity/data/dummy): the first user of
+tests/fallback.py. What is compared, in which mode, and why the tolerance is what it is: tests/dummy_parity.py."""
+
+import json
+
+from dummy_parity import TOLERANCE, run_and_compare
+from fallback import Comparison
+from helpers import reference_sets
+
+
+def test_decoder_matches_upstream_qwen3(tmp_path, record_property):
+    comparison = run_and_compare(reference_sets().SETS["dummy"].committed, tmp_path, Comparison.for_set("dummy"))
+    record_property("parity_mode", comparison.mode)
+    print(f"dummy parity: {comparison.mode} ({comparison.why})", *comparison.checked, sep="\n  ")
+    assert len(comparison.checked) >= 4
+
+
+def test_the_set_records_its_spread_and_upstream():
+    info = json.loads((reference_sets().SETS["dummy"].committed / "references.json").read_text())
+    assert info["upstream"]["transformers"] == "4.57.3"
+    assert max(info["spread"]["max"].values()) * 5 < TOLERANCE  # the stated tolerance is the measured one's
