@@ -19,8 +19,12 @@ ours through `load_codec_decoder`. Compared, each by the maximum absolute differ
   frames in irregular pieces;
 - one window (`forward`), and the wave before the final clamp;
 - with --full, the released Qwen3-TTS-Tokenizer-12Hz decoder architecture with random weights.
-`--golden` prints the hashes the CI test (tests/engines/test_qwen3tts_codec.py) stores, computed with
-upstream's decoder on the weights that test generates. Exit status 1 when anything differs.
+Exit status 1 when anything differs.
+
+`--golden DIR` instead writes DIR/golden/codec.json: the hashes the CI test (tests/engines/test_qwen3tts_codec.py)
+compares with, of upstream's decoder on the weights and codes that test generates (its definitions are read
+from its source). DIR is the qwen3tts reference set being written: `python scripts/parity/reference_sets.py
+write qwen3tts` runs this so; the test reads the file through `reference_dir("qwen3tts")`.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 from qwen3tts_released import RELEASED_DECODER  # beside this script
 
 
@@ -42,12 +46,14 @@ def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_ours_argument(parser)
     parser.add_argument("--full", action="store_true", help="also check the released full-size architecture")
-    parser.add_argument("--golden", action="store_true", help="print the CI test's golden hashes")
+    parser.add_argument("--golden", type=Path, metavar="DIR",
+                        help="instead: write the CI test's golden hashes to DIR/golden/codec.json (DIR: the "
+                             "qwen3tts reference set being written), and exit")
     parser.add_argument("--threads", type=int, default=1)
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 
@@ -247,11 +253,19 @@ def golden() -> dict:
     return out
 
 
+def write_golden(folder: Path, kind: str, values: dict) -> Path:
+    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
+    path = folder / "golden" / f"{kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return path
+
+
 def main() -> int:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"capability {torch.backends.cpu.get_cpu_capability()}", flush=True)
-    if ARGS.golden:
-        print(json.dumps(golden(), indent=1))
+    if ARGS.golden is not None:
+        print(f"wrote {write_golden(ARGS.golden.resolve(), 'codec', golden())}")
         return 0
     generator = torch.Generator().manual_seed(1234)
     for seed, name in enumerate(TINY_DECODERS):

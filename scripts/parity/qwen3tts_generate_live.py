@@ -24,20 +24,28 @@ talker's prefill logits (bit for bit) and every code of every frame of every row
 for single requests and a left-padded batch of two. Exit status 1 when anything differs.
 
 --cross also pairs each upstream model with the other loading of ours: prefill logits then differ in
-the last bits (the alignment trap). --golden instead records the GOLDEN literal of
-tests/engines/test_qwen3tts_generate.py from upstream on that file's own model folders and cases.
+the last bits (the alignment trap).
+
+`--golden DIR` instead writes DIR/golden/generate.json: upstream on tests/engines/test_qwen3tts_generate.py's
+own model folders and cases (its definitions are read from its source, without its tests), per case each
+row's codes and the first four prefill scores of each row, which that test compares with. DIR is the
+qwen3tts reference set being written: `python scripts/parity/reference_sets.py write qwen3tts` runs this so;
+the test reads the file through `reference_dir("qwen3tts")`. Exit status 0 once upstream's values are
+written; where ours differs from them, a warning on stderr says which cases.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import itertools
 import json
 import sys
 import tempfile
+import types
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
@@ -45,16 +53,17 @@ def _parse():
     add_ours_argument(parser)
     parser.add_argument("--frames", type=int, default=60, help="max_new_tokens of each generation")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per case")
-    parser.add_argument("--golden", action="store_true",
-                        help="instead: print the golden codes of tests/engines/test_qwen3tts_generate.py, recorded "
-                             "from upstream on that file's model folders (and check ours against them)")
+    parser.add_argument("--golden", type=Path, metavar="DIR",
+                        help="instead: write the golden codes of tests/engines/test_qwen3tts_generate.py, recorded "
+                             "from upstream on that file's model folders, to DIR/golden/generate.json (DIR: the "
+                             "qwen3tts reference set being written; ours is checked against them, a warning)")
     parser.add_argument("--cross", action="store_true",
                         help="also pair each upstream model with the other loading of ours (shows the alignment trap)")
     parser.add_argument("--threads", type=int, default=1)
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 
@@ -194,14 +203,41 @@ def from_pretrained(folder: Path):
     return super(cls, cls).from_pretrained(str(folder)).eval()
 
 
-def golden() -> int:
-    """Upstream on the CI test's cases and model folders -> the GOLDEN literal that file holds."""
-    import importlib.util
+def load_test_definitions(path: Path) -> types.ModuleType:
+    """The CI test's definitions (its cases, model folders and `run_cases`) as a module, taken from its
+    source without its tests, fixtures, the pinned-script block and its pytest and tests/helpers.py imports
+    (this environment has no pytest)."""
+    def kept(node) -> bool:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return not ({a.name for a in node.names} & {"pytest"} or getattr(node, "module", None) == "helpers")
+        if isinstance(node, ast.If):  # the `if __name__ == "__main__":` blocks
+            return False
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            return not node.name.startswith("test_") and not any("pytest" in ast.unparse(d)
+                                                                  for d in node.decorator_list)
+        return True
 
-    path = ARGS.ours.resolve() / "tests" / "engines" / "test_qwen3tts_generate.py"
-    spec = importlib.util.spec_from_file_location("qwen3tts_generate_cases", path)
-    cases_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cases_module)
+    tree = ast.parse(path.read_text())
+    module = types.ModuleType("qwen3tts_generate_cases")
+    module.__file__ = str(path)
+    sys.modules[module.__name__] = module
+    exec(compile(ast.Module(body=[n for n in tree.body if kept(n)], type_ignores=[]), str(path), "exec"),
+         module.__dict__)
+    return module
+
+
+def write_golden(folder: Path, kind: str, values: dict) -> Path:
+    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
+    path = folder / "golden" / f"{kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def golden(folder: Path) -> int:
+    """Upstream on the CI test's cases and model folders -> folder/golden/generate.json; then ours on the
+    same cases, only to warn where it differs (a reference writer's status is upstream's)."""
+    cases_module = load_test_definitions(ARGS.ours.resolve() / "tests" / "engines" / "test_qwen3tts_generate.py")
     torch.set_num_threads(1)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -212,31 +248,19 @@ def golden() -> int:
             settings = dict(max_new_tokens=cases_module.MAX_NEW_TOKENS, **overrides)
             codes, logits = upstream_run(models[kind], inputs, kind, seed, settings)
             results[name] = dict(codes=[c.tolist() for c in codes], logits=logits[:, :4].tolist())
-        ours = cases_module.run_cases(Path(tmp) / "ours")
-    same = [name for name in results if ours[name] == results[name]]
-    print(f"# ours identical to upstream on {len(same)} of {len(results)} cases", file=sys.stderr)
-    lines = ["GOLDEN = {"]
-    for name, result in results.items():
-        lines.append(f"    {name!r}: dict(")
-        lines.append("        logits=[")
-        lines += [f"            {row!r}," for row in result["logits"]]
-        lines.append("        ],")
-        lines.append("        codes=[")
-        for row in result["codes"]:
-            flat = " / ".join(" ".join(map(str, frame)) for frame in row)
-            pieces, line = [], ""
-            for word in flat.split(" "):
-                if len(line) + len(word) + 1 > 100:
-                    pieces.append(line + " ")
-                    line = word
-                else:
-                    line = f"{line} {word}" if line else word
-            pieces.append(line)
-            lines += [f"            {piece!r}" for piece in pieces[:-1]] + [f"            {pieces[-1]!r},"]
-        lines.append("        ]),")
-    lines.append("}")
-    print("\n".join(lines))
-    return 0 if len(same) == len(results) else 1
+        print(f"wrote {write_golden(folder, 'generate', results)}")
+        try:
+            ours = cases_module.run_cases(Path(tmp) / "ours")
+        except Exception as exc:  # noqa: BLE001  (upstream's values are written: ours failing is a warning)
+            print(f"warning: ours failed on the golden cases: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 0
+    differ = [name for name in results if ours.get(name) != results[name]]
+    if differ:
+        print(f"warning: ours differs from upstream on {len(differ)} of {len(results)} golden cases: "
+              f"{', '.join(differ)}", file=sys.stderr)
+    else:
+        print(f"ours identical to upstream on all {len(results)} golden cases")
+    return 0
 
 
 def main() -> int:
@@ -275,4 +299,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(golden() if ARGS.golden else main())
+    sys.exit(golden(ARGS.golden.resolve()) if ARGS.golden is not None else main())

@@ -29,6 +29,13 @@ for synthetic references of several lengths (from one frame to 14 s). Then, on t
 other rates: upstream resamples with librosa (soxr); our codes on librosa's 24 kHz output must be
 identical, and with our own resampler the script reports the share of equal codes (informative).
 Exit status 1 when anything that must be exact differs.
+
+`--golden DIR` instead writes DIR/golden/mimi.json: upstream's latents before quantisation of the two test
+references in DIR/references.safetensors through DIR/base/speech_tokenizer, which
+tests/engines/test_qwen3tts_mimi.py compares with (the references hold only the codes). DIR is the qwen3tts
+reference set being written (qwen3tts_references.py has written its references and model folders there
+first): `python scripts/parity/reference_sets.py write qwen3tts` runs this so; the test reads the file through
+`reference_dir("qwen3tts")`.
 """
 
 from __future__ import annotations
@@ -40,22 +47,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_ours_argument(parser)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--golden", action="store_true",
-                        help="print upstream's latents for the test references (tests/parity/data/qwen3tts, base "
-                             "model) as the GOLDEN_LATENTS literal of tests/engines/test_qwen3tts_mimi.py, and exit")
+    parser.add_argument("--golden", type=Path, metavar="DIR",
+                        help="instead: write upstream's latents of the test references of DIR (the qwen3tts "
+                             "reference set being written; its base model) to DIR/golden/mimi.json, and exit")
     parser.add_argument("--full", action="store_true",
                         help="also the released encoder's size (MimiConfig defaults), random weights")
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 
@@ -178,26 +185,33 @@ def fingerprint(t: torch.Tensor) -> dict:
             "sum": round(float(a.astype(np.float64).sum()), 6)}
 
 
-def golden() -> int:
-    """Upstream's pre-quantisation latents of the test references through the base model's codec, the
-    CI test's golden values (the references hold only the codes)."""
+def write_golden(folder: Path, kind: str, values: dict) -> Path:
+    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
+    path = folder / "golden" / f"{kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def golden(data: Path) -> int:
+    """Upstream's pre-quantisation latents of the test references of the set `data` through its base
+    model's codec, the CI test's golden values (the references hold only the codes)."""
     from safetensors.torch import load_file
 
-    data = ARGS.ours / "tests" / "parity" / "data" / "qwen3tts"
     refs = load_file(str(data / "references.safetensors"))
     tokenizer = Qwen3TTSTokenizer.from_pretrained(str(data / "base" / "speech_tokenizer"))
     weights = hashlib.sha256((data / "base" / "speech_tokenizer" / "model.safetensors").read_bytes()).hexdigest()
     out = {name: {"weights_sha256": weights, "audio_sha256": fingerprint(refs[f"audio/{name}"])["sha256"],
                   **fingerprint(upstream_latents(tokenizer, refs[f"audio/{name}"].numpy()))}
            for name in ("ref_a", "ref_b")}
-    print(json.dumps(out, indent=4))
+    print(f"wrote {write_golden(data, 'mimi', out)}")
     return 0
 
 
 def main() -> int:
     torch.set_num_threads(ARGS.threads)
-    if ARGS.golden:
-        return golden()
+    if ARGS.golden is not None:
+        return golden(ARGS.golden.resolve())
     with tempfile.TemporaryDirectory() as tmp:
         for index, (label, overrides) in enumerate([*VARIANTS.items(), ("bfloat16", {})]):
             dtype = torch.bfloat16 if label == "bfloat16" else torch.float32

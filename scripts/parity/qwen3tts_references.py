@@ -3,7 +3,7 @@
 for the native port's tests, with upstream's own code.
 
 Usage, in a venv holding upstream (see scripts/parity/qwen3tts_upstream_env.sh):
-    ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1 python scripts/parity/qwen3tts_references.py tests/parity/data/qwen3tts
+    python scripts/parity/qwen3tts_references.py tests/parity/data/qwen3tts
 
 Writes into OUTDIR, one folder per model kind, each in the published Hugging Face layout
 (Qwen/Qwen3-TTS-12Hz-*): config.json (model_type qwen3_tts), model.safetensors, generation_config.json (the
@@ -32,17 +32,14 @@ import shutil
 import sys
 import time
 
-assert os.environ.get("ATEN_CPU_CAPABILITY") == "avx2", "run with ATEN_CPU_CAPABILITY=avx2"
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from pinned import pin_process  # noqa: E402  (beside this script)
+
+pin_process()  # re-executes under the parity pins, then one thread and oneDNN off
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
-
-torch.set_num_threads(1)
-
-
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from pinned import environment, write_references  # noqa: E402  (beside this script)
 from qwen_tts import Qwen3TTSModel  # noqa: E402
 from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
@@ -603,11 +600,10 @@ info = {
     "units": UNITS,
     "cases": jsonable(CASES),
     "tensors": {k: {"dtype": str(a.dtype), "shape": list(a.shape)} for k, a in REFS.items()},
-    "runtime_s": round(time.time() - T0, 2),
-}
+}  # no timing in the file: writing again on the same floats gives the same bytes
 with open(os.path.join(OUT, "references.json"), "w") as f:
     json.dump(info, f, ensure_ascii=False, indent=1)
-print(f"wrote {len(REFS)} tensors, {len(CASES)} cases to {OUT} in {info['runtime_s']} s")
+print(f"wrote {len(REFS)} tensors, {len(CASES)} cases to {OUT} in {time.time() - T0:.2f} s")
 for c in CASES:
     print(f"  {c['name']:28s} frames={c['frames']} eos={c['hit_eos']}")
 print("wave health", UNITS["wave_health"])

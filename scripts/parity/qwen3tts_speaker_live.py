@@ -20,6 +20,12 @@ difference, which must be exactly 0.0:
   x_vector on librosa's 24 kHz output must be exact; on the original audio (our resampler) it is only
   close, and the script reports how close (not a failure).
 Exit status 1 when anything that must be exact differs.
+
+`--golden DIR` instead writes DIR/golden/speaker.json: upstream's mels (as `extract_speaker_embedding` computes
+them) of the two test references in DIR/references.safetensors, which tests/engines/test_qwen3tts_speaker.py
+compares with. DIR is the qwen3tts reference set being written (qwen3tts_references.py has written its
+references there first): `python scripts/parity/reference_sets.py write qwen3tts` runs this so; the test
+reads the file through `reference_dir("qwen3tts")`.
 """
 
 from __future__ import annotations
@@ -32,20 +38,20 @@ import tempfile
 import types
 from pathlib import Path
 
-from pinned import add_ours_argument, reexec_with_pinned_kernels  # beside this script
+from pinned import add_ours_argument, pin_process  # beside this script
 
 
 def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_ours_argument(parser)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--golden", action="store_true",
-                        help="print upstream's mels of the test references (tests/parity/data/qwen3tts) as the "
-                             "GOLDEN_MELS literal of tests/engines/test_qwen3tts_speaker.py, and exit")
+    parser.add_argument("--golden", type=Path, metavar="DIR",
+                        help="instead: write upstream's mels of the test references of DIR (the qwen3tts reference "
+                             "set being written) to DIR/golden/speaker.json, and exit")
     return parser.parse_args()
 
 
-reexec_with_pinned_kernels()
+pin_process()
 ARGS = _parse()
 sys.path.insert(0, str(ARGS.ours.resolve()))
 
@@ -129,25 +135,33 @@ def fingerprint(t: torch.Tensor) -> dict:
             "sum": round(float(a.astype(np.float64).sum()), 6)}
 
 
-def golden() -> int:
-    """Upstream's speaker mels of the test references, the CI test's golden values."""
+def write_golden(folder: Path, kind: str, values: dict) -> Path:
+    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
+    path = folder / "golden" / f"{kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def golden(folder: Path) -> int:
+    """Upstream's speaker mels of the test references of the set `folder`, the CI test's golden values."""
     from safetensors.torch import load_file
 
-    refs = load_file(str(ARGS.ours / "tests" / "parity" / "data" / "qwen3tts" / "references.safetensors"))
+    refs = load_file(str(folder / "references.safetensors"))
     out = {}
     for name in ("ref_a", "ref_b"):
         wave = refs[f"audio/{name}"]
         out[name] = {"audio_sha256": fingerprint(wave)["sha256"]}
         out[name] |= fingerprint(mel_spectrogram(wave.unsqueeze(0), n_fft=1024, num_mels=128, sampling_rate=24000,
                                                 hop_size=256, win_size=1024, fmin=0, fmax=12000).transpose(1, 2))
-    print(json.dumps(out, indent=4))
+    print(f"wrote {write_golden(folder, 'speaker', out)}")
     return 0
 
 
 def main() -> int:
     torch.set_num_threads(ARGS.threads)
-    if ARGS.golden:
-        return golden()
+    if ARGS.golden is not None:
+        return golden(ARGS.golden.resolve())
     bank = librosa.filters.mel(sr=24000, n_fft=1024, n_mels=128, fmin=0, fmax=12000)
     ours_bank = speaker_mel.slaney_mel_bank()
     compare("mel filter bank vs librosa", torch.from_numpy(ours_bank), torch.from_numpy(bank))

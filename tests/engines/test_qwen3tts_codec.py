@@ -1,12 +1,14 @@
 """Qwen3-TTS's 12 Hz codec decoder, without upstream installed.
 
 Bit-exactness against qwen-tts 0.1.1 is checked live by scripts/parity/qwen3tts_codec_live.py (in an
-environment with upstream). Here, in a subprocess at one thread and ATEN_CPU_CAPABILITY=avx2:
-- golden hashes of upstream's output for a tiny decoder whose weights and codes this file generates
-  (GOLDEN_*, `randomise` and `golden_codes` are read from this file by that script's --golden mode,
-  which printed GOLDEN; keep them plain torch);
-- when tests/parity/data/qwen3tts holds them (scripts/parity/qwen3tts_references.py), upstream's decoded
-  waves of every generated utterance and the codec unit references, from the tiny models' own folders.
+environment with upstream). Here, in a subprocess under the parity pins, against the qwen3tts reference
+set valid on this machine (`reference_dir("qwen3tts")`: tests/parity/data/qwen3tts, or the set written here
+by upstream; `python scripts/parity/reference_sets.py write qwen3tts` writes it):
+- golden hashes of upstream's output for a tiny decoder whose weights and codes this file generates,
+  golden/codec.json (written by that script's `--golden DIR` mode, which reads GOLDEN_DECODER,
+  GOLDEN_CASES, `randomise` and `golden_codes` from this file: keep them plain torch);
+- upstream's decoded waves of every generated utterance and the codec unit references
+  (scripts/parity/qwen3tts_references.py), from the tiny models' own folders.
 Then, in process: chunking and streaming, shapes, the clamps, the published key layout, the attention
 site, and every way a checkpoint folder or the codes can be wrong.
 """
@@ -29,8 +31,9 @@ from mizuoto.runtime.context import RequestContext
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
+# the committed set: only its names parametrise the tests; the comparisons read reference_dir("qwen3tts")
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 
 # A tiny decoder (field names are upstream's too): grouped heads, head_dim != hidden / heads, a window
@@ -46,19 +49,9 @@ GOLDEN_CASES = {
     "small_chunks": (2, 23, 7, 3),
     "upstream_chunks": (1, 326, 300, 25),  # a second chunk behind 25 frames of context
 }
-# Printed by `scripts/parity/qwen3tts_codec_live.py --golden` (upstream's Qwen3TTSTokenizerV2Decoder,
-# qwen-tts 0.1.1, transformers 4.57.3, torch 2.13.0, one thread, ATEN_CPU_CAPABILITY=avx2).
-GOLDEN = {
-    "one_frame": {"sha256": "663b24a28952592f05f0bf7fbb8516a02facd4f2749183b43552b85b045d8643", "sum": -0.376596459,
-                  "head": [-0.06969349831342697, -0.08401162922382355, -0.03200510889291763]},
-    "window": {"sha256": "529a9bcb932610926ca2f9414eabe7ea82b44c9e59d15adcd505a2a59a08e704", "sum": 15.560247522,
-               "head": [-0.053530409932136536, -0.08141648024320602, -0.030813321471214294]},
-    "small_chunks": {"sha256": "a6a99b2acac66ffbef53b97a8ed95196080364b11dc86e2d52c78c0eb7195ad3", "sum": 30.344987992,
-                     "head": [-0.054893650114536285, -0.12400677800178528, 0.013225279748439789]},
-    "upstream_chunks": {"sha256": "770ecb45534cd6d392d6dcf6feb97903d8d58587a68f9d24c0564515c5022de2",
-                        "sum": 315.011635158, "head": [-0.07171574234962463, -0.034788407385349274,
-                                                       -0.04171144962310791]},
-}
+# Upstream's hashes of GOLDEN_CASES (Qwen3TTSTokenizerV2Decoder.chunked_decode, qwen-tts 0.1.1, transformers
+# 4.57.3, under the pins) are golden/codec.json of the reference set, written by
+# `scripts/parity/qwen3tts_codec_live.py --golden DIR` (run by `reference_sets.py write qwen3tts`).
 
 
 def randomise(named_parameters, seed: int, final_conv: str) -> None:
@@ -194,13 +187,23 @@ def our_golden() -> dict:
 
 
 @pytest.fixture(scope="module")
-def ours_pinned():
-    return run_pinned(__file__, timeout=300)
+def references() -> Path:
+    return reference_dir("qwen3tts")
+
+
+@pytest.fixture(scope="module")
+def ours_pinned(references):
+    return run_pinned(__file__, references, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def golden(references) -> dict:
+    return json.loads((references / "golden" / "codec.json").read_text())
 
 
 @pytest.mark.parametrize("case", list(GOLDEN_CASES))
-def test_identical_to_upstream(ours_pinned, case):
-    got, want = ours_pinned["golden"][case], GOLDEN[case]
+def test_identical_to_upstream(ours_pinned, golden, case):
+    got, want = ours_pinned["golden"][case], golden[case]
     assert got["sha256"] == want["sha256"], f"sum {got['sum']} vs upstream {want['sum']}, head {got['head']} vs " \
                                             f"{want['head']}"
 
@@ -522,11 +525,11 @@ def test_bad_utterances_streams_and_chunking_give_input_errors():
         model.stream().push(torch.zeros(2, 4, 1, dtype=torch.long))
 
 
-if __name__ == "__main__":  # the pinned subprocess of the tests against upstream
+if __name__ == "__main__":  # the pinned subprocess of the tests against upstream: its argument is the set
     torch.set_num_threads(1)
-    compared = {}
-    if (REFERENCES / "references.json").is_file():
-        for name, (ours, theirs) in reference_outputs(REFERENCES).items():
+    compared, data = {}, Path(sys.argv[1])
+    if (data / "references.json").is_file():
+        for name, (ours, theirs) in reference_outputs(data).items():
             same = ours.shape == theirs.shape and ours.dtype == theirs.dtype
             compared[name] = (ours - theirs).abs().max().item() if same and ours.numel() else None if not same else 0.0
     print(json.dumps({"golden": our_golden(), "references": compared}))

@@ -1,7 +1,8 @@
 """The Qwen3-TTS engine end to end, through the host (mizuoto.host.load_model / speak).
 
-Parity: every single-utterance case of tests/parity/data/qwen3tts (written by upstream's own wrapper,
-qwen-tts 0.1.1, at one thread and ATEN_CPU_CAPABILITY=avx2) spoken through `host.speak` on the tiny
+Parity: every single-utterance case of the qwen3tts reference set valid on this machine
+(`reference_dir("qwen3tts")`: tests/parity/data/qwen3tts, or the set written here by upstream; written by
+upstream's own wrapper, qwen-tts 0.1.1, under the parity pins) spoken through `host.speak` on the set's tiny
 CustomVoice, VoiceDesign and Base folders, compared with the wave the wrapper returned, bit for bit, in
 a fresh process pinned the same way (this file run as a script). The text tokenizer is replaced by a
 table of the templates' recorded ids (the narrow hook: the loaded state's `tokenizer`), so that
@@ -25,8 +26,9 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
+# the committed set: the tiny models and inputs of the in-process tests; parity reads reference_dir("qwen3tts")
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
 
 
@@ -117,14 +119,19 @@ def compare(data: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def results():
-    info = json.loads((DATA / "references.json").read_text())
+def references() -> Path:
+    return reference_dir("qwen3tts")
+
+
+@pytest.fixture(scope="module")
+def results(references):
+    info = json.loads((references / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    return run_pinned(__file__, DATA)
+    return run_pinned(__file__, references)
 
 
-def test_every_single_utterance_case_is_compared(results):
-    info = json.loads((DATA / "references.json").read_text())
+def test_every_single_utterance_case_is_compared(results, references):
+    info = json.loads((references / "references.json").read_text())
     names = [case["name"] for case in single_cases(info)]
     assert sorted(results) == sorted(names) and len(names) == 13
     assert {kind for kind in (c["kind"] for c in single_cases(info))} == {"custom_voice", "voice_design", "base"}

@@ -1,16 +1,19 @@
 """Qwen3-TTS generation (token ids -> codes of every codebook) on tiny random models.
 
-Two sets of references from upstream (qwen-tts 0.1.1, transformers 4.57.3, one thread,
-ATEN_CPU_CAPABILITY=avx2), compared in a fresh process pinned the same way (the kernel level must be
-set before torch loads), by running this file as a script:
+Two sets of references from upstream (qwen-tts 0.1.1, transformers 4.57.3, under the parity pins), both
+in the qwen3tts reference set valid on this machine (`reference_dir("qwen3tts")`: tests/parity/data/qwen3tts,
+or the set written here by upstream; `python scripts/parity/reference_sets.py write qwen3tts` writes it),
+compared in a fresh process under the same pins (the kernel level must be set before torch loads), by
+running this file as a script:
 
-- tests/parity/data/qwen3tts (scripts/parity/qwen3tts_references.py): 16 requests through upstream's
+- the set's references (scripts/parity/qwen3tts_references.py): 16 requests through upstream's
   wrapper on three tiny published-layout folders; compared bit for bit: the talker prefill embeddings,
   attention mask and trailing text, the prefill and step logits of the talker and the predictor where
   recorded, and every code;
-- GOLDEN below (scripts/parity/qwen3tts_generate_live.py --golden): the tiny folders `model_folder`
-  writes, among them one with 16 codebooks (the released models' 15 predictor draws per frame) and one
-  with attention biases, through upstream's generate after transformers' from_pretrained.
+- the set's golden/generate.json (scripts/parity/qwen3tts_generate_live.py --golden DIR, which reads
+  this file's cases and `model_folder`): the tiny folders `model_folder` writes, among them one with 16
+  codebooks (the released models' 15 predictor draws per frame) and one with attention biases, through
+  upstream's generate after transformers' from_pretrained.
 
 The other tests run in this process and check how the codes are made: both attention sites
 dispatched, one device wait per frame, CUDA graphs (emulated) giving the eager codes, the talker cache
@@ -33,7 +36,7 @@ from mizuoto.engines.qwen3tts.config import GenerationSettings, small_config
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import run_pinned  # noqa: E402
+from helpers import reference_dir, run_pinned  # noqa: E402
 
 IM_START, IM_END, NL, ASSISTANT, USER = 193, 194, 10, 21, 22  # small_config's text vocabulary
 # per kind: (codebooks per frame, predictor width, attention bias, weights seed); voice_design's predictor
@@ -136,9 +139,6 @@ def run_cases(root: Path) -> dict:
     return out
 
 
-REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
-
-
 def reference_requests(case: dict, tensors: dict) -> tuple[list[dict], bool, GenerationSettings]:
     """A references.json case as build_prompt arguments per row, its mode and its sampling settings."""
     name, options = case["name"], dict(case["generate_options"])
@@ -222,9 +222,10 @@ def compare_references(data: Path) -> dict:
 
 
 def test_identical_to_the_reference_data(tmp_path):
-    info = json.loads((REFERENCES / "references.json").read_text())
+    references = reference_dir("qwen3tts")
+    info = json.loads((references / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    results = run_self_pinned("references", REFERENCES)
+    results = run_self_pinned("references", references)
     expected = {f"{case['name']}/{key}" for case in info["cases"] for key in case["tensors"]
                 if not key.startswith(("wav_", "input_ids_", "instruct_ids_", "ref_"))}
     assert set(results) == expected
@@ -236,18 +237,16 @@ def run_self_pinned(what: str, where: Path) -> dict:
     return run_pinned(__file__, what, where)
 
 
-def frames(row: str) -> list[list[int]]:
-    """A GOLDEN row: frames separated by '/', each its G codes."""
-    return [[int(code) for code in frame.split()] for frame in row.split("/")] if row.strip() else []
-
-
 def test_identical_to_the_golden_codes(tmp_path):
+    """Against upstream on CASES (golden/generate.json): per case, each row's codes (frames x G) and the
+    first four prefill scores of each row."""
+    golden = json.loads((reference_dir("qwen3tts") / "golden" / "generate.json").read_text())
     ours = run_self_pinned("golden", tmp_path)
-    assert set(ours) == set(GOLDEN)
-    for name, expected in GOLDEN.items():
+    assert set(ours) == set(golden) == set(CASES)
+    for name, expected in golden.items():
         got = ours[name]
         assert got["logits"] == expected["logits"], f"{name}: prefill scores differ"
-        want = [frames(row) for row in expected["codes"]]
+        want = expected["codes"]
         assert [len(row) for row in got["codes"]] == [len(row) for row in want], f"{name}: frame counts differ"
         assert got["codes"] == want, f"{name}: codes differ"
 
@@ -509,160 +508,6 @@ def test_configuration_files(tmp_path):
     assert prompt.drops_instruct(config) is False
     small = qconfig.model_config_from_dict(dict(small_config("custom_voice"), tts_model_size="0b6"))
     assert prompt.drops_instruct(small)
-
-
-# Recorded from upstream by scripts/parity/qwen3tts_generate_live.py --golden (see the module docstring):
-# per case, the first four prefill scores of each row and each row's codes.
-GOLDEN = {
-    'cv_streaming': dict(
-        logits=[
-            [-0.19503630697727203, 2.02689266204834, -0.40375474095344543, 1.265433669090271],
-        ],
-        codes=[
-            '16 5 43 2 4 36 7 25 35 18 18 5 61 61 61 7 / 24 53 34 18 30 10 15 3 42 36 61 28 33 55 28 54 / 26 38 '
-            '17 52 51 21 53 2 48 42 1 7 47 57 28 7 / 27 1 15 9 6 21 15 5 35 22 61 28 63 61 28 44 / 36 22 43 34 15 '
-            '45 0 28 44 42 20 7 55 60 17 44 / 60 42 39 41 60 35 11 30 0 7 19 8 23 41 56 46 / 54 34 47 19 53 29 42 '
-            '36 35 13 2 11 62 57 0 44 / 23 36 61 46 49 32 52 10 59 37 18 7 7 7 17 9 / 54 25 3 24 29 60 15 36 61 '
-            '38 18 25 14 2 55 54 / 43 43 11 53 1 10 19 34 15 45 61 60 56 13 54 32 / 55 23 43 1 60 25 2 32 18 55 '
-            '36 58 51 50 50 35 / 15 56 17 50 41 44 25 5 35 22 61 7 62 52 43 54 / 41 41 21 17 2 20 29 31 35 15 28 '
-            '7 62 60 4 46 / 62 31 12 22 42 48 2 30 14 47 28 26 48 60 50 54 / 46 11 43 3 24 32 24 54 9 18 43 37 51 '
-            '61 40 1 / 13 1 40 17 42 32 25 12 29 48 28 21 57 60 38 44 / 53 53 4 3 57 28 46 25 35 13 18 38 62 17 '
-            '58 45',
-        ]),
-    'cv_dialect_instruct_whole_text': dict(
-        logits=[
-            [-0.22672098875045776, 2.0622458457946777, -0.4676860272884369, 1.183531641960144],
-        ],
-        codes=[
-            '16 34 43 38 60 53 10 23 35 42 18 63 7 19 4 46 / 63 34 44 24 49 31 2 25 35 26 28 21 48 37 24 52 / 35 '
-            '12 1 40 2 10 35 24 35 30 10 41 42 48 28 44 / 10 20 26 53 30 10 43 2 35 22 56 60 14 48 40 44 / 16 53 '
-            '3 42 1 32 61 5 49 47 7 1 48 15 18 35 / 57 23 62 4 49 37 32 24 35 15 20 57 48 50 9 62 / 12 29 5 53 49 '
-            '12 25 36 35 38 0 25 42 22 43 45 / 1 53 35 17 49 58 52 51 53 16 33 52 39 37 38 54 / 15 14 43 53 18 60 '
-            '15 1 56 41 28 58 48 39 11 7 / 58 17 24 44 2 36 17 28 34 46 63 7 14 57 17 0 / 6 1 33 5 60 4 15 45 35 '
-            '40 31 11 58 48 16 44 / 1 14 26 30 7 36 7 36 35 26 35 11 62 55 47 54 / 26 2 62 1 54 45 3 34 9 9 9 54 '
-            '48 48 58 16 / 34 39 24 17 60 45 6 3 3 46 43 12 48 21 28 53',
-        ]),
-    'cv_batch': dict(
-        logits=[
-            [-0.19503630697727203, 2.02689266204834, -0.40375474095344543, 1.265433669090271],
-            [-0.2540918290615082, 1.9838229417800903, -0.41463345289230347, 1.303464412689209],
-        ],
-        codes=[
-            '24 1 54 44 46 22 15 1 8 15 18 11 62 57 47 45 / 0 53 0 50 48 13 29 31 35 22 2 39 31 57 40 44 / 39 1 '
-            '26 44 57 62 22 25 35 2 43 37 48 9 7 54 / 29 19 24 40 38 48 41 36 17 56 19 7 62 17 40 54 / 47 53 3 17 '
-            '48 45 10 5 14 11 6 62 62 59 39 54 / 35 19 16 41 63 32 38 60 16 7 63 6 62 12 11 36 / 24 53 58 22 53 '
-            '54 17 6 35 42 2 4 25 35 28 32 / 0 1 21 40 19 32 7 60 54 15 28 7 62 41 45 54 / 42 1 43 46 25 32 11 5 '
-            '14 26 4 7 7 52 50 47 / 31 56 29 45 48 32 26 25 35 42 28 26 48 35 50 44 / 62 19 59 4 30 46 47 39 33 '
-            '41 28 7 48 19 28 14 / 28 1 58 32 60 16 22 62 6 13 61 63 62 2 55 54 / 34 53 58 7 30 32 15 25 35 48 54 '
-            '25 44 57 54 63 / 12 40 61 22 18 21 0 26 55 12 18 52 62 48 4 37 / 14 19 26 17 2 4 61 17 34 49 32 7 39 '
-            '19 44 10 / 53 11 58 24 60 4 7 60 14 35 2 7 48 18 40 47 / 6 4 1 17 7 21 15 25 38 22 39 36 48 26 54 54 '
-            '/ 60 28 4 40 14 45 32 32 35 2 25 7 63 19 40 37 / 57 35 17 18 8 20 22 41 6 42 63 7 62 40 59 53 / 63 1 '
-            '24 20 30 47 11 32 40 48 63 7 44 61 56 47 / 31 2 27 3 1 45 32 60 39 34 18 7 48 41 50 13 / 6 1 47 34 '
-            '63 16 17 2 35 5 18 57 7 16 62 55 / 32 56 43 17 7 24 32 32 15 42 35 41 50 54 28 44 / 6 35 1 55 58 58 '
-            '42 10 35 47 42 58 60 48 28 11 / 46 19 38 44 49 57 11 28 7 55 53 60 7 61 38 54 / 49 29 63 19 48 10 30 '
-            '45 35 16 25 7 26 40 42 61 / 58 51 43 52 14 21 15 36 35 18 28 50 10 61 16 13 / 37 28 21 37 58 41 26 1 '
-            '35 13 63 28 62 16 16 37 / 33 1 43 46 46 10 25 50 40 26 34 7 23 48 38 53 / 9 29 0 12 2 21 15 25 47 44 '
-            '28 31 47 48 4 37 / 59 41 33 38 1 58 15 34 48 22 25 12 14 59 16 44 / 16 1 43 46 60 6 26 59 9 5 36 28 '
-            '62 19 13 36 / 1 34 62 50 43 58 11 37 34 38 12 0 20 5 42 32 / 54 53 37 44 42 29 29 62 45 14 26 21 39 '
-            '5 13 50 / 43 49 27 34 34 36 26 60 55 15 25 63 7 39 17 10 / 61 30 54 57 2 58 52 18 35 32 62 7 62 49 7 '
-            '36 / 45 19 58 21 29 32 57 35 33 9 17 7 62 40 42 50 / 41 35 58 17 34 6 11 34 35 42 50 11 51 40 30 46 '
-            '/ 40 34 41 20 34 8 11 5 35 1 7 7 62 48 45 15',
-            '1 19 63 41 12 47 39 28 18 2 18 52 62 48 58 40 / 57 23 62 50 41 18 38 32 1 36 20 12 14 0 28 10 / 48 '
-            '46 8 44 1 10 26 5 48 26 28 43 56 12 17 4 / 16 33 43 57 2 32 35 34 6 40 28 61 7 60 12 51',
-        ]),
-    'cv_top_p_greedy_predictor': dict(
-        logits=[
-            [-0.2540918290615082, 1.9838229417800903, -0.41463345289230347, 1.303464412689209],
-        ],
-        codes=[
-            '28 53 43 17 49 10 2 36 35 42 28 7 62 57 28 44 / 26 1 43 24 49 10 15 36 35 26 18 7 62 57 28 44',
-        ]),
-    'vd_instruct': dict(
-        logits=[
-            [-0.4028923511505127, 0.3592527508735657, -0.2160429209470749, 0.040528152137994766],
-        ],
-        codes=[
-            '63 22 24 25 / 13 25 20 25 / 46 9 45 62 / 45 53 28 55 / 37 27 38 28 / 15 26 58 33 / 12 6 23 12 / 43 '
-            '43 23 47 / 25 15 32 48 / 26 36 59 37 / 61 58 26 24 / 45 5 25 53 / 48 10 44 30 / 26 29 15 18 / 39 21 '
-            '50 49 / 7 23 43 40 / 23 29 34 42 / 52 14 25 0 / 58 47 46 8 / 23 63 42 10 / 0 52 32 14 / 28 35 1 27 / '
-            '25 58 58 25 / 8 24 7 59 / 0 14 45 30 / 41 20 3 52 / 23 58 61 1 / 52 40 46 28 / 33 22 62 33 / 9 43 7 '
-            '52 / 13 39 45 17 / 43 14 8 33',
-        ]),
-    'vd_batch': dict(
-        logits=[
-            [-0.4028923511505127, 0.3592527508735657, -0.2160429209470749, 0.040528152137994766],
-            [-0.4050239324569702, 0.3248763382434845, -0.2109241634607315, 0.072368323802948],
-        ],
-        codes=[
-            '9 59 23 20 / 55 9 27 7 / 46 27 16 27 / 41 63 42 59 / 16 5 11 41 / 20 63 19 63 / 5 11 16 27 / 41 63 5 '
-            '8 / 25 27 11 11 / 51 35 53 28 / 25 19 28 23 / 43 14 27 33 / 13 41 34 50 / 38 0 29 38 / 23 63 5 44 / '
-            '57 14 27 7 / 18 40 49 8 / 23 57 30 39 / 18 26 50 8 / 46 31 63 59 / 38 22 62 15 / 39 21 0 8 / 56 53 '
-            '42 59 / 3 6 45 44 / 51 62 55 1 / 56 48 34 12 / 43 38 50 0 / 51 62 6 37 / 14 51 49 16 / 49 9 57 34 / '
-            '55 59 25 1 / 45 39 46 3 / 56 56 43 15 / 56 9 53 28 / 37 0 13 53 / 49 9 27 33',
-            '44 1 47 39 / 4 9 27 0 / 34 0 50 8 / 23 63 43 37 / 17 25 9 42 / 11 8 0 12 / 44 19 29 41 / 31 24 7 12 '
-            '/ 56 53 30 47 / 45 53 33 57 / 13 42 24 19 / 43 20 22 30 / 48 34 10 40 / 20 11 37 11 / 11 18 38 29 / '
-            '59 30 42 6 / 18 26 62 15 / 44 63 8 59 / 13 58 58 59 / 24 58 24 8 / 43 28 7 59 / 21 52 40 63 / 7 23 '
-            '14 63 / 50 4 24 19 / 37 4 9 42 / 18 24 53 1 / 62 32 46 32 / 43 12 23 20 / 48 36 22 51 / 54 14 40 35 '
-            '/ 46 31 55 1 / 34 9 53 20 / 40 1 59 10 / 18 14 27 33 / 49 16 48 58 / 38 0 50 8 / 23 58 48 42 / 63 46 '
-            '32 16 / 4 26 18 27',
-        ]),
-    'vd_greedy_talker_streaming': dict(
-        logits=[
-            [-0.28978219628334045, 0.4269767701625824, -0.13758039474487305, -0.033096782863140106],
-        ],
-        codes=[
-            '63 47 50 9 / 44 45 22 32 / 26 6 45 26 / 38 48 34 42 / 8 24 61 1 / 34 2 0 32 / 63 58 58 33 / 40 49 18 '
-            '24 / 18 26 21 51 / 24 26 18 15 / 23 19 0 3 / 63 47 0 60 / 44 13 59 51 / 23 58 12 59 / 52 14 27 59 / '
-            '14 33 8 32 / 44 63 51 55 / 53 33 56 24 / 23 58 43 37 / 63 58 24 29 / 39 34 10 60 / 58 17 50 30 / 7 '
-            '54 31 22 / 55 9 53 20 / 20 31 31 19 / 18 26 58 39 / 23 58 35 19 / 25 38 5 25 / 12 34 13 51 / 63 54 '
-            '46 0 / 33 51 36 61 / 43 57 26 39 / 63 34 0 6 / 44 63 51 52 / 53 7 32 19 / 18 26 58 12 / 49 9 53 20',
-        ]),
-    'base_x_vector': dict(
-        logits=[
-            [0.5874714255332947, 1.9163482189178467, 0.6296650171279907, 2.3374435901641846],
-        ],
-        codes=[
-            '44 29 37 0 / 49 0 42 25 / 60 60 3 41 / 18 39 4 40 / 7 60 46 2 / 16 7 55 53 / 17 0 28 53 / 19 14 4 32 '
-            '/ 18 60 37 8 / 26 15 19 37 / 44 63 17 35 / 52 2 37 9 / 1 48 9 53 / 62 39 35 53 / 18 12 4 10 / 26 55 '
-            '22 37 / 3 34 12 23 / 28 40 13 8 / 2 0 48 53 / 6 0 4 10 / 57 36 45 59',
-        ]),
-    'base_clone': dict(
-        logits=[
-            [1.9977916479110718, 1.726976990699768, 2.2595865726470947, -0.7831192016601562],
-        ],
-        codes=[
-            '12 15 28 37 / 47 15 35 58 / 34 41 46 53 / 33 34 22 59 / 23 7 26 45 / 17 0 63 33 / 53 28 35 59 / 53 '
-            '10 56 53 / 46 41 23 17 / 37 55 2 0 / 39 0 17 59 / 51 0 60 33 / 29 25 17 43 / 3 55 20 61 / 48 12 10 '
-            '59 / 62 41 35 12 / 29 13 37 53 / 56 10 2 8 / 49 15 4 53 / 5 26 17 24 / 23 6 4 7 / 25 0 61 10 / 15 55 '
-            '42 61',
-        ]),
-    'base_clone_text_outlasts_codes': dict(
-        logits=[
-            [3.324845790863037, 0.1760118007659912, -1.281630516052246, -1.7166717052459717],
-        ],
-        codes=[
-            '26 26 2 41 / 25 16 37 53 / 62 0 60 26 / 28 60 46 37 / 28 54 17 47 / 57 3 43 59',
-        ]),
-    'base_clone_whole_text': dict(
-        logits=[
-            [1.9696311950683594, 1.6743956804275513, 2.297457218170166, -0.7281776666641235],
-        ],
-        codes=[
-            '8 0 60 47 / 38 26 47 7 / 2 55 54 10 / 9 41 17 6 / 46 13 46 59 / 13 61 16 0 / 38 0 37 53 / 1 0 19 10 '
-            '/ 5 60 11 10',
-        ]),
-    'base_batch_clone_and_x_vector': dict(
-        logits=[
-            [1.9977916479110718, 1.726976990699768, 2.2595865726470947, -0.7831192016601562],
-            [0.5874714255332947, 1.9163482189178467, 0.6296650171279907, 2.3374435901641846],
-        ],
-        codes=[
-            '38 26 4 47 / 40 6 31 14 / 16 0 45 53 / 17 15 19 33 / 61 11 1 10 / 40 15 27 53 / 60 0 10 10 / 8 7 46 '
-            '10',
-            '57 12 35 10 / 29 0 45 10 / 17 41 45 53 / 45 45 35 47 / 4 11 22 35 / 40 33 39 47 / 48 17 22 10 / 63 '
-            '33 45 2 / 28 15 17 29 / 3 55 17 53 / 55 45 37 32 / 52 39 37 33 / 1 39 30 32',
-        ]),
-}
 
 
 if __name__ == "__main__":  # the pinned process of run_pinned

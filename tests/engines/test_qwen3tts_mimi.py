@@ -1,14 +1,16 @@
 """Qwen3-TTS's 12 Hz codec encoder (reference audio -> codes), without upstream installed.
 
 Bit-exactness against qwen-tts 0.1.1 / transformers 4.57.3 is checked live by
-scripts/parity/qwen3tts_mimi_live.py (many configurations, lengths and rates). Here, in a subprocess at
-one thread and ATEN_CPU_CAPABILITY=avx2 (the level the references were written at): the codes of the
-two test references through the tiny Base model's speech tokenizer (tests/parity/data/qwen3tts)
+scripts/parity/qwen3tts_mimi_live.py (many configurations, lengths and rates). Here, in a subprocess under
+the parity pins (those the references were written under), against the qwen3tts reference set valid on
+this machine (`reference_dir("qwen3tts")`: tests/parity/data/qwen3tts, or the set written here by
+upstream): the codes of the two test references through the set's tiny Base model's speech tokenizer
 against the `ref_code_*` upstream's `create_voice_clone_prompt` returned there (written by
-scripts/parity/qwen3tts_references.py), and the latents before quantisation against GOLDEN_LATENTS
-(printed by the live script's --golden mode: rerun it if the references are regenerated). Then, in
-process: the `qwen3tts.mimi` attention site (dispatched here, with its MaskInfo checked), frame counts
-and trimming, the released configuration and key layout, and every way an input or a folder can be wrong.
+scripts/parity/qwen3tts_references.py), and the latents before quantisation against the set's
+golden/mimi.json (written by the live script's `--golden DIR` mode; `python scripts/parity/reference_sets.py
+write qwen3tts` runs both). Then, in process (on the committed folder's model): the `qwen3tts.mimi`
+attention site (dispatched here, with its MaskInfo checked), frame counts and trimming, the released
+configuration and key layout, and every way an input or a folder can be wrong.
 """
 
 import hashlib
@@ -32,10 +34,10 @@ from mizuoto.runtime.context import RequestContext
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import fingerprint, run_pinned  # noqa: E402
+from helpers import fingerprint, reference_dir, run_pinned  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
-BASE = DATA / "base"
+DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"  # the committed set
+BASE = DATA / "base"  # its tiny Base model, the input of the in-process tests
 # code references (T, Q) of the upstream cases that cloned from each test reference alone
 CODES = {
     "ref_a": ["bs_icl_streaming_s21/ref_code_0", "bs_icl_shorttext_s23/ref_code_0"],
@@ -43,19 +45,10 @@ CODES = {
 }
 # ... and from both in one request (upstream encodes them as one zero-padded batch)
 BATCH_CODES = ["bs_batch2_icl_s24/ref_code_0", "bs_batch2_icl_s24/ref_code_1"]
-# `scripts/parity/qwen3tts_mimi_live.py --golden`: upstream's encoder -> encoder_transformer -> downsample
-# of MimiModel._encode_frame for each reference, with the base model's speech tokenizer (qwen-tts 0.1.1,
-# transformers 4.57.3, torch 2.13.0, one thread, ATEN_CPU_CAPABILITY=avx2).
-GOLDEN_LATENTS = {
-    "ref_a": {"weights_sha256": "a14d7675d9bd25b5c82fb76c3e57481c47b941c291aebea62ef4c7c8982e43b8",
-              "audio_sha256": "e67289b175e1dab68f655fced4e1cfe25de48f181b3ae333b44517ef6e4f2218",
-              "shape": [1, 32, 75], "sha256": "2474174a941f4c8f208766fbdfb03b11224f6aaf5c3d87dc42caf5c29ccb4e33",
-              "sum": -78.801309},
-    "ref_b": {"weights_sha256": "a14d7675d9bd25b5c82fb76c3e57481c47b941c291aebea62ef4c7c8982e43b8",
-              "audio_sha256": "cbe6c930c777dd4cb8c44b3cdc52f7295337f2bbcaccf5d4cd7aa50e00965ec3",
-              "shape": [1, 32, 49], "sha256": "b4a4ceeb8a5509f5237a3457dc588750319d11135060c926cc1d880c1f743ea6",
-              "sum": -56.251917},
-}
+# Upstream's encoder -> encoder_transformer -> downsample of MimiModel._encode_frame for each reference,
+# with the set's base model's speech tokenizer (qwen-tts 0.1.1, transformers 4.57.3, under the pins), is
+# golden/mimi.json of the reference set, written by `scripts/parity/qwen3tts_mimi_live.py --golden DIR`
+# (run by `reference_sets.py write qwen3tts`).
 # The released codec's encoder_config (the fields that differ from MimiConfig's defaults) and its layout:
 # 225 encoder.* tensors, 56,234,304 values, names and shapes as transformers' MimiModel minus its decoder.
 RELEASED = {"model_type": "qwen3_tts_tokenizer_12hz", "encoder_valid_num_quantizers": 16,
@@ -65,12 +58,12 @@ RELEASED = {"model_type": "qwen3_tts_tokenizer_12hz", "encoder_valid_num_quantiz
 RELEASED_LAYOUT = (225, 56234304)
 
 
-def ours_pinned_results() -> dict:
-    """What this port gives for the test references (run in the pinned subprocess)."""
+def ours_pinned_results(data: Path) -> dict:
+    """What this port gives for the test references of the set `data` (run in the pinned subprocess)."""
     torch.set_num_threads(1)
-    refs = load_file(str(DATA / "references.safetensors"))
-    model = load_mimi_encoder(BASE)
-    weights = hashlib.sha256((BASE / "speech_tokenizer" / "model.safetensors").read_bytes()).hexdigest()
+    refs = load_file(str(data / "references.safetensors"))
+    model = load_mimi_encoder(data / "base")
+    weights = hashlib.sha256((data / "base" / "speech_tokenizer" / "model.safetensors").read_bytes()).hexdigest()
     out = {}
     for name, keys in CODES.items():
         wave = refs[f"audio/{name}"]
@@ -97,10 +90,20 @@ def _compared(codes: torch.Tensor, reference: torch.Tensor) -> dict:
 
 
 @pytest.fixture(scope="module")
-def ours_pinned():
-    info = json.loads((DATA / "references.json").read_text())
+def references() -> Path:
+    return reference_dir("qwen3tts")
+
+
+@pytest.fixture(scope="module")
+def ours_pinned(references):
+    info = json.loads((references / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    return run_pinned(__file__, timeout=300)
+    return run_pinned(__file__, references, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def golden_latents(references) -> dict:
+    return json.loads((references / "golden" / "mimi.json").read_text())
 
 
 @pytest.mark.parametrize("key", [k for keys in CODES.values() for k in keys] + BATCH_CODES)
@@ -110,11 +113,12 @@ def test_codes_identical_to_upstream(ours_pinned, key):
     assert got["equal"]
 
 
-@pytest.mark.parametrize("name", list(GOLDEN_LATENTS))
-def test_latents_identical_to_upstream(ours_pinned, name):
-    got, want = ours_pinned[f"latents/{name}"], GOLDEN_LATENTS[name]
+@pytest.mark.parametrize("name", list(CODES))
+def test_latents_identical_to_upstream(ours_pinned, golden_latents, name):
+    got, want = ours_pinned[f"latents/{name}"], golden_latents[name]
     changed = got["weights_sha256"] != want["weights_sha256"] or got["audio_sha256"] != want["audio_sha256"]
-    assert not changed, "the test model or references changed: rerun scripts/parity/qwen3tts_mimi_live.py --golden"
+    assert not changed, \
+        "the test model or references changed: rewrite the set (python scripts/parity/reference_sets.py write qwen3tts)"
     assert got["shape"] == want["shape"]
     assert got["sha256"] == want["sha256"], f"sum {got['sum']} vs upstream's {want['sum']}"
 
@@ -337,5 +341,5 @@ def test_unreadable_folders_are_checkpoint_errors(tmp_path):
         load_mimi_encoder(tmp_path)
 
 
-if __name__ == "__main__":  # the pinned subprocess of the *_identical_to_upstream tests
-    print(json.dumps(ours_pinned_results()))
+if __name__ == "__main__":  # the pinned subprocess of the *_identical_to_upstream tests: its argument is the set
+    print(json.dumps(ours_pinned_results(Path(sys.argv[1]))))

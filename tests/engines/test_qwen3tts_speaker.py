@@ -1,12 +1,14 @@
 """Qwen3-TTS's speaker encoder (x-vector) and its mel front end, without upstream installed.
 
 Bit-exactness against qwen-tts 0.1.1 is checked live by scripts/parity/qwen3tts_speaker_live.py. Here,
-in a subprocess at one thread and ATEN_CPU_CAPABILITY=avx2 (the level the references were written at):
-the x-vectors of the two test references through the tiny Base model of tests/parity/data/qwen3tts
+in a subprocess under the parity pins (those the references were written under), against the qwen3tts
+reference set valid on this machine (`reference_dir("qwen3tts")`: tests/parity/data/qwen3tts, or the set
+written here by upstream): the x-vectors of the two test references through the set's tiny Base model
 against the `ref_spk_embedding_*` upstream's `create_voice_clone_prompt` returned there
-(scripts/parity/qwen3tts_references.py), and their mels against GOLDEN_MELS (printed by the live
-script's --golden mode). Then, in process: the filter bank, frame counts, the published key layout,
-resampling lengths, loading and every way an input or a folder can be wrong.
+(scripts/parity/qwen3tts_references.py), and their mels against the set's golden/speaker.json (written by
+the live script's `--golden DIR` mode; `python scripts/parity/reference_sets.py write qwen3tts` runs both).
+Then, in process (on the committed folder's model): the filter bank, frame counts, the published key
+layout, resampling lengths, loading and every way an input or a folder can be wrong.
 """
 
 import json
@@ -25,36 +27,29 @@ from mizuoto.engines.qwen3tts.speaker import SpeakerEncoder, SpeakerEncoderConfi
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import fingerprint, run_pinned  # noqa: E402
+from helpers import fingerprint, reference_dir, run_pinned  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"
-BASE = DATA / "base"
+DATA = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts"  # the committed set
+BASE = DATA / "base"  # its tiny Base model, the input of the in-process tests
 # x-vector references of the upstream cases that cloned from each test reference (same weights)
 XVECTORS = {
     "ref_a": ["bs_xvec_s20/ref_spk_embedding_0", "bs_icl_streaming_s21/ref_spk_embedding_0",
               "bs_batch2_icl_s24/ref_spk_embedding_0"],
     "ref_b": ["bs_icl_nonstreaming_s22/ref_spk_embedding_0", "bs_batch2_icl_s24/ref_spk_embedding_1"],
 }
-# `scripts/parity/qwen3tts_speaker_live.py --golden`: upstream's mel_spectrogram(...).transpose(1, 2) as
-# extract_speaker_embedding calls it (qwen-tts 0.1.1, torch 2.13.0, one thread, ATEN_CPU_CAPABILITY=avx2).
-GOLDEN_MELS = {
-    "ref_a": {"audio_sha256": "e67289b175e1dab68f655fced4e1cfe25de48f181b3ae333b44517ef6e4f2218",
-              "shape": [1, 18, 128], "sha256": "8aed07beed1f2e63511f24ddf1760964eff6134012be3c556429c55380e600e2",
-              "sum": -10207.256407},
-    "ref_b": {"audio_sha256": "cbe6c930c777dd4cb8c44b3cdc52f7295337f2bbcaccf5d4cd7aa50e00965ec3",
-              "shape": [1, 12, 128], "sha256": "747b07b48f8eac1c5871420fd932b6f80a90c3af5366cfdd977528a7290e4419",
-              "sum": -7437.913891},
-}
+# Upstream's mel_spectrogram(...).transpose(1, 2) of each reference as extract_speaker_embedding calls it
+# (qwen-tts 0.1.1, under the pins) is golden/speaker.json of the reference set, written by
+# `scripts/parity/qwen3tts_speaker_live.py --golden DIR` (run by `reference_sets.py write qwen3tts`).
 # The published layout of the default (upstream class default) configuration: 76 tensors, 8,854,336
 # values; the same names and shapes as qwen-tts's Qwen3TTSSpeakerEncoder (checked when this was written).
 DEFAULT_LAYOUT = (76, 8854336)
 
 
-def ours_pinned_results() -> dict:
-    """What this port gives for the test references (run in the pinned subprocess)."""
+def ours_pinned_results(data: Path) -> dict:
+    """What this port gives for the test references of the set `data` (run in the pinned subprocess)."""
     torch.set_num_threads(1)
-    refs = load_file(str(DATA / "references.safetensors"))
-    model = load_speaker_encoder(BASE)
+    refs = load_file(str(data / "references.safetensors"))
+    model = load_speaker_encoder(data / "base")
     out = {}
     for name, keys in XVECTORS.items():
         wave = refs[f"audio/{name}"]
@@ -70,10 +65,20 @@ def ours_pinned_results() -> dict:
 
 
 @pytest.fixture(scope="module")
-def ours_pinned():
-    info = json.loads((DATA / "references.json").read_text())
+def references() -> Path:
+    return reference_dir("qwen3tts")
+
+
+@pytest.fixture(scope="module")
+def ours_pinned(references):
+    info = json.loads((references / "references.json").read_text())
     assert info["num_threads"] == 1 and info["ATEN_CPU_CAPABILITY"] == "avx2"
-    return run_pinned(__file__, timeout=300)
+    return run_pinned(__file__, references, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def golden_mels(references) -> dict:
+    return json.loads((references / "golden" / "speaker.json").read_text())
 
 
 @pytest.mark.parametrize("key", [k for keys in XVECTORS.values() for k in keys])
@@ -81,10 +86,11 @@ def test_x_vector_identical_to_upstream(ours_pinned, key):
     assert ours_pinned[key] == 0.0
 
 
-@pytest.mark.parametrize("name", list(GOLDEN_MELS))
-def test_mels_identical_to_upstream(ours_pinned, name):
-    got, want = ours_pinned[f"mel/{name}"], GOLDEN_MELS[name]
-    assert got["audio_sha256"] == want["audio_sha256"], "the test references changed: rerun the live script's --golden"
+@pytest.mark.parametrize("name", list(XVECTORS))
+def test_mels_identical_to_upstream(ours_pinned, golden_mels, name):
+    got, want = ours_pinned[f"mel/{name}"], golden_mels[name]
+    assert got["audio_sha256"] == want["audio_sha256"], \
+        "the test references changed: rewrite the set (python scripts/parity/reference_sets.py write qwen3tts)"
     assert got["shape"] == want["shape"]
     assert got["sha256"] == want["sha256"], f"sum {got['sum']} vs upstream's {want['sum']}"
 
@@ -242,5 +248,5 @@ def test_missing_folder_is_a_checkpoint_error(tmp_path):
         load_speaker_encoder(tmp_path / "nowhere")
 
 
-if __name__ == "__main__":  # the pinned subprocess of the *_identical_to_upstream tests
-    print(json.dumps(ours_pinned_results()))
+if __name__ == "__main__":  # the pinned subprocess of the *_identical_to_upstream tests: its argument is the set
+    print(json.dumps(ours_pinned_results(Path(sys.argv[1]))))
