@@ -1,6 +1,7 @@
 """Test helpers shared by several test files (tests/ is on sys.path through conftest.py)."""
 
 import functools
+import os
 import sys
 import threading
 from contextlib import nullcontext
@@ -105,6 +106,12 @@ def save_upstream_whisper(model, dims: dict, path):
 # upstream's own code.
 
 PARITY_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "parity"
+# Read once, when conftest.py imports this module (each test then runs with MIZUOTO_* cleared):
+# MIZUOTO_PARITY_CACHE: where oracle environments and sets written here go (default ~/.cache/mizuoto-parity);
+# MIZUOTO_PARITY_FOREIGN=1: act as a machine whose floats are no set's (every PyPI set is written here again,
+# GitHub-only sets fall back to tolerances), to measure a cold run or check the writers on this machine.
+PARITY_CACHE = Path(os.environ["MIZUOTO_PARITY_CACHE"]) if os.environ.get("MIZUOTO_PARITY_CACHE") else None
+PARITY_FOREIGN = os.environ.get("MIZUOTO_PARITY_FOREIGN") == "1"
 
 
 def _parity_module(name: str):
@@ -169,28 +176,32 @@ def reference_dir(name: str) -> Path:
     """The folder of reference set `name` (scripts/parity/reference_sets.py) whose numbers are this machine's:
     the committed one when its fingerprint matches (or it holds integers only), else the set written here by
     the pinned upstream environment (built once in the cache). Fails in one line where that cannot be done."""
-    return resolve(reference_sets().SETS[name])
+    folder, mode = resolve_with_mode(reference_sets().SETS[name])
+    PARITY_MODES[name] = mode
+    return folder
 
 
 def resolve(spec, root: Path | None = None) -> Path:
     """reference_dir for a ReferenceSet (its committed folder may be a copy), with the cache at `root`."""
+    return resolve_with_mode(spec, root)[0]
+
+
+def resolve_with_mode(spec, root: Path | None = None) -> tuple[Path, str]:
     import pytest
 
     sets = reference_sets()
     recorded = (sets.recorded_fingerprint(spec.committed) or {}).get("id")
     here = machine_fingerprint()["id"]
-    if not spec.floats or recorded == here:
-        PARITY_MODES[spec.name] = "exact, committed references" + ("" if spec.floats else " (integers only)")
-        return spec.committed
+    if not spec.floats or (recorded == here and not PARITY_FOREIGN):
+        return spec.committed, "exact, committed references" + ("" if spec.floats else " (integers only)")
     try:
-        folder = sets.regenerated(spec, machine_fingerprint(), root=root,
+        folder = sets.regenerated(spec, machine_fingerprint(), root=root or PARITY_CACHE,
                                   log=lambda line: print(line, file=sys.stderr))
     except sets.RegenerationError as error:
         pytest.fail(f"{spec.name}: the stored references were written at fingerprint {recorded}, this machine "
                     f"measures {here}, and {error}; run where PyPI is reachable, or rewrite them here with "
                     f"`python scripts/parity/reference_sets.py write {spec.name}`", pytrace=False)
-    PARITY_MODES[spec.name] = f"exact, written here by {spec.upstream} ({folder})"
-    return folder
+    return folder, f"exact, written here by {spec.upstream} ({folder})"
 
 
 def fingerprint(t: torch.Tensor) -> dict:

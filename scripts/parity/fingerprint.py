@@ -10,6 +10,7 @@ they are the same bits everywhere; only the arithmetic under test can move a has
 
     python scripts/parity/fingerprint.py            # the JSON of this machine's fingerprint, pinned
     python scripts/parity/fingerprint.py --unpinned  # the battery as this process's environment computes it
+    python scripts/parity/fingerprint.py --lift       # which primitives move when each pin is lifted alone
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -169,8 +171,42 @@ def fingerprint() -> dict:
     return {"id": identity.hexdigest()[:16], **record, "primitives": primitives}
 
 
+# Each pin lifted alone (the environment variable removed, or the in-process setting left at torch's default).
+LIFTS = {**{name: {"unset": name} for name in PINS}, "threads": {"threads": 0}, "onednn": {"mkldnn": True}}
+
+
+def lifted_battery(lift: str) -> dict[str, str]:
+    import subprocess
+
+    change = LIFTS[lift]
+    env = {**os.environ, **PINS, "FINGERPRINT_LIFTED": lift}
+    env.pop(change.get("unset", ""), None)
+    done = subprocess.run([sys.executable, __file__, "--unpinned"], env=env, capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout)["primitives"]
+
+
+def lift_report() -> dict[str, list[str]]:
+    """pin -> the primitives whose bits change on this machine when that pin alone is lifted."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__], capture_output=True, text=True, check=True)
+    pinned = json.loads(done.stdout)["primitives"]
+    return {lift: [n for n, h in lifted_battery(lift).items() if h != pinned[n]] for lift in LIFTS}
+
+
 if __name__ == "__main__":
-    if "--unpinned" not in sys.argv:
+    lifted = os.environ.get("FINGERPRINT_LIFTED")
+    if "--lift" in sys.argv:
+        print(json.dumps(lift_report(), indent=1))
+    elif "--unpinned" not in sys.argv:
         reexec_pinned()
         apply_in_process()
-    print(json.dumps(fingerprint(), indent=1 if "--indent" in sys.argv else None))
+        print(json.dumps(fingerprint(), indent=1 if "--indent" in sys.argv else None))
+    else:
+        if lifted:  # a child of --lift: every in-process pin but the lifted one
+            import torch
+
+            torch.set_num_threads(os.cpu_count() if lifted == "threads" else 1)
+            torch.backends.mkldnn.enabled = lifted == "onednn"
+        print(json.dumps(fingerprint(), indent=1 if "--indent" in sys.argv else None))

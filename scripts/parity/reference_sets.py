@@ -49,7 +49,7 @@ class ReferenceSet:
     oracle: str | None  # scripts/parity/<oracle>_upstream_env.sh builds upstream; None: a GitHub-only upstream
     writers: tuple[tuple[str, ...], ...]  # each: a script of scripts/parity and its arguments
     floats: bool = True  # False: integers only (token ids), the same on every machine
-    needs: tuple[str, ...] = ()  # other files the writers read (repo-relative): they key the cache too
+    needs: tuple[str, ...] = ()  # files outside scripts/parity the writers read (repo-relative): they key the cache
     upstream: str = ""  # what upstream is, for the one-line messages
     root: Path = DATA  # where the committed folder is (tests point it at copies)
 
@@ -62,9 +62,9 @@ class ReferenceSet:
         return HERE / f"{self.oracle}_upstream_env.sh" if self.oracle else None
 
     def sources(self) -> list[Path]:
-        """Every file whose content decides what the writers write (the cache key)."""
-        files = {HERE / "pinned.py", HERE / "fingerprint.py", *(HERE / w[0] for w in self.writers),
-                 *(REPO / n for n in self.needs)}
+        """Every file whose content decides what the writers write (the cache key): all the parity scripts
+        (writers import their neighbours), the env script and what the writers read from the tests."""
+        files = {*HERE.glob("*.py"), *(REPO / n for n in self.needs)}
         if self.env_script:
             files.add(self.env_script)
         return sorted(files)
@@ -80,8 +80,7 @@ SETS = {s.name: s for s in (
         ("qwen3tts_generate_live.py", "--golden", OUT),
     ), needs=("tests/engines/test_qwen3tts_codec.py", "tests/engines/test_qwen3tts_generate.py"),
         upstream="qwen-tts 0.1.1"),
-    ReferenceSet("voxcpm/e2e", "voxcpm", (("voxcpm_references.py", OUT),), needs=("scripts/parity/voxcpm_models.py",),
-                 upstream="voxcpm 2.0.3"),
+    ReferenceSet("voxcpm/e2e", "voxcpm", (("voxcpm_references.py", OUT),), upstream="voxcpm 2.0.3"),
     ReferenceSet("voxcpm/minicpm", "voxcpm", (("voxcpm_minicpm_references.py", OUT),), upstream="voxcpm 2.0.3"),
     ReferenceSet("voxcpm/vae", "voxcpm", (("voxcpm_vae_references.py", OUT),), upstream="voxcpm 2.0.3"),
     ReferenceSet("voxcpm/cfm", "voxcpm", (("voxcpm_cfm_references.py", OUT),), upstream="voxcpm 2.0.3"),

@@ -3,7 +3,7 @@
 published folder layout and write reference waveforms for the native port's tests, with upstream's own code.
 
 Usage, in a venv holding upstream (see scripts/parity/voxcpm_upstream_env.sh):
-    ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1 python scripts/parity/voxcpm_references.py tests/parity/data/voxcpm/e2e
+    python scripts/parity/voxcpm_references.py tests/parity/data/voxcpm/e2e
 
 Writes into OUTDIR:
     v1/, v2/        config.json (architecture voxcpm / voxcpm2, float32, cpu), model.safetensors,

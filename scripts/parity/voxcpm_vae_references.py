@@ -3,7 +3,7 @@
 tests/engines/test_voxcpm_audio_vae.py, with upstream's own code.
 
 Usage, in a venv holding upstream (see scripts/parity/voxcpm_upstream_env.sh):
-    ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=1 python scripts/parity/voxcpm_vae_references.py \
+    python scripts/parity/voxcpm_vae_references.py \
         tests/parity/data/voxcpm/vae
 
 Writes into OUTDIR, one folder per model, each as a VoxCPM model folder holds its VAE:
