@@ -10,6 +10,7 @@ from mizuoto.runtime.accel import dispatch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/helpers.py
+import helpers  # noqa: E402,F401  (reads its MIZUOTO_PARITY_* settings before tests clear MIZUOTO_*)
 
 # Small-engine tests run with the dispatcher's DEBUG checks: every call that passes a mask_info has it
 # compared with its dense mask.

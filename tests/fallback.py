@@ -38,7 +38,7 @@ class Comparison:
         sets = helpers.reference_sets()
         recorded = (sets.recorded_fingerprint(folder) or {}).get("id")
         here_id = (here or helpers.machine_fingerprint())["id"]
-        if recorded == here_id:
+        if recorded == here_id and not helpers.PARITY_FOREIGN:
             comparison = cls(name, True, f"fingerprint {here_id} is the writer's")
         else:
             comparison = cls(name, False, f"written at fingerprint {recorded}, this machine measures {here_id}")
