@@ -40,6 +40,8 @@ class Comparison:
         here_id = (here or helpers.machine_fingerprint())["id"]
         if recorded == here_id and not helpers.PARITY_FOREIGN:
             comparison = cls(name, True, f"fingerprint {here_id} is the writer's")
+        elif recorded == here_id:
+            comparison = cls(name, False, "MIZUOTO_PARITY_FOREIGN=1: acting as a machine with other floats")
         else:
             comparison = cls(name, False, f"written at fingerprint {recorded}, this machine measures {here_id}")
         return comparison

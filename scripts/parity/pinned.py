@@ -81,6 +81,37 @@ def write_references(refs: dict, path) -> None:
         assert a.dtype.kind != "f" or np.isfinite(a).all(), key
 
 
+def write_golden(folder: Path, kind: str, values: dict) -> Path:
+    """Golden values a test compares with (hashes, codes) as folder/golden/<kind>.json, part of the set."""
+    import json
+
+    path = Path(folder) / "golden" / f"{kind}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def add_checkout_argument(parser: argparse.ArgumentParser) -> None:
+    """For a GitHub-only upstream's writer: where its checkout is (reference_sets.py write NAME --checkout)."""
+    parser.add_argument("--checkout", type=Path, required=True, help="a git checkout of the upstream repository")
+
+
+def checkout_record(path) -> dict:
+    """What a writer of a GitHub-only upstream records of the checkout it ran: its commit, and whether the work
+    tree differed from it (a reference written from local changes is not upstream's)."""
+    import subprocess
+
+    def git(*args):
+        done = subprocess.run(["git", "-C", str(path), *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"{path} is not a git checkout of the upstream: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    remotes = git("remote").split()
+    return {"commit": git("rev-parse", "HEAD"), "modified": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "origin": git("remote", "get-url", "origin") if "origin" in remotes else None}
+
+
 def environment(packages) -> dict:
     """What the references' numbers depend on: torch, threads, the pins, package versions."""
     from importlib import metadata

@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinned import add_ours_argument, pin_process  # beside this script
+from pinned import add_ours_argument, pin_process, write_golden  # beside this script
 from qwen3tts_released import RELEASED_DECODER  # beside this script
 
 
@@ -251,14 +251,6 @@ def golden() -> dict:
             out[name] = {"sha256": hashlib.sha256(wave.numpy().tobytes()).hexdigest(),
                          "sum": round(float(wave.double().sum()), 9), "head": wave[0, :3].tolist()}
     return out
-
-
-def write_golden(folder: Path, kind: str, values: dict) -> Path:
-    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
-    path = folder / "golden" / f"{kind}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
-    return path
 
 
 def main() -> int:

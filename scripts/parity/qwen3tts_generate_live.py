@@ -45,7 +45,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from pinned import add_ours_argument, pin_process  # beside this script
+from pinned import add_ours_argument, pin_process, write_golden  # beside this script
 
 
 def _parse():
@@ -224,14 +224,6 @@ def load_test_definitions(path: Path) -> types.ModuleType:
     exec(compile(ast.Module(body=[n for n in tree.body if kept(n)], type_ignores=[]), str(path), "exec"),
          module.__dict__)
     return module
-
-
-def write_golden(folder: Path, kind: str, values: dict) -> Path:
-    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
-    path = folder / "golden" / f"{kind}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
-    return path
 
 
 def golden(folder: Path) -> int:

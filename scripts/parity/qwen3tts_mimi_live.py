@@ -47,7 +47,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pinned import add_ours_argument, pin_process  # beside this script
+from pinned import add_ours_argument, pin_process, write_golden  # beside this script
 
 
 def _parse():
@@ -183,14 +183,6 @@ def fingerprint(t: torch.Tensor) -> dict:
     a = t.detach().contiguous().cpu().numpy()
     return {"shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest(),
             "sum": round(float(a.astype(np.float64).sum()), 6)}
-
-
-def write_golden(folder: Path, kind: str, values: dict) -> Path:
-    """`values` as folder/golden/<kind>.json, the file the CI test reads through reference_dir("qwen3tts")."""
-    path = folder / "golden" / f"{kind}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
-    return path
 
 
 def golden(data: Path) -> int:

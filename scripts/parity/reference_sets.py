@@ -41,6 +41,7 @@ REPO = HERE.parents[1]
 DATA = REPO / "tests" / "parity" / "data"
 FINGERPRINT_FILE = "fingerprint.json"
 OUT = "{out}"  # a writer argument replaced by the folder being written
+CHECKOUT = "{checkout}"  # replaced by the upstream checkout (GitHub-only sets: `write NAME --checkout PATH`)
 
 
 @dataclass(frozen=True)
@@ -157,12 +158,15 @@ def oracle_python(oracle: str, root: Path | None = None, log=print) -> Path:
     return venv / "bin" / "python"
 
 
-def write(reference_set: ReferenceSet, out: Path, python: str) -> dict:
+def write(reference_set: ReferenceSet, out: Path, python: str, checkout: Path | None = None) -> dict:
     """Run every writer of the set into `out` with `python`, under the pins, then record the fingerprint that
     interpreter measures. Returns that fingerprint."""
+    if checkout is None and any(CHECKOUT in w for w in reference_set.writers):
+        raise RegenerationError(f"{reference_set.name}: its writers read an upstream checkout: pass --checkout PATH")
     out.mkdir(parents=True, exist_ok=True)
+    replace = {OUT: str(out), CHECKOUT: str(checkout)}
     for writer in reference_set.writers:
-        argv = [python, str(HERE / writer[0]), *(str(out) if a == OUT else a for a in writer[1:])]
+        argv = [python, str(HERE / writer[0]), *(replace.get(a, a) for a in writer[1:])]
         done = subprocess.run(argv, capture_output=True, text=True, env=pinned_env(), cwd=REPO)
         if done.returncode != 0:
             tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
@@ -207,6 +211,7 @@ def main() -> int:
     w.add_argument("name", choices=sorted(SETS))
     w.add_argument("--out", type=Path)
     w.add_argument("--python", help="the upstream environment's interpreter (default: build it in the cache)")
+    w.add_argument("--checkout", type=Path, help="a GitHub-only upstream's checkout (its writers record the commit)")
     r = sub.add_parser("regenerate", help="write a set into the cache, as the tests do on a foreign machine")
     r.add_argument("name", choices=sorted(SETS))
     sub.add_parser("fingerprint", help="this machine's fingerprint")
@@ -221,7 +226,7 @@ def main() -> int:
         s = SETS[args.name]
         # a GitHub-only upstream is installed by whoever writes its set: its interpreter is --python (or this one)
         python = args.python or (sys.executable if s.oracle is None else str(oracle_python(s.oracle)))
-        print(json.dumps(write(s, args.out or s.committed, python)["id"]))
+        print(json.dumps(write(s, args.out or s.committed, python, args.checkout)["id"]))
     elif args.command == "regenerate":
         print(regenerated(SETS[args.name], machine_fingerprint()))
     else:

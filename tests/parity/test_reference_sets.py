@@ -180,3 +180,38 @@ def test_the_fallback_keeps_greedy_choices_where_the_gap_is_wide():
     wide_swap = torch.tensor([[0.0, 0.92, 0.93], [0.30, 0.35, 0.0]])  # each within tol, a 0.15 gap swapped
     with pytest.raises(AssertionError, match="greedy choice"):
         Comparison("toy", exact=False, why="test").teacher_forced("toy", wide_swap, theirs, tol=0.1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The writers of GitHub-only upstreams: they run from a checkout and record its commit
+
+
+WRITER = '''import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from pinned import checkout_record, pin_process
+pin_process()
+out = Path(sys.argv[1])
+(out / "references.json").write_text(json.dumps({"upstream": checkout_record(sys.argv[2])}))
+'''
+
+
+def test_a_github_only_writer_records_the_checkouts_commit(tmp_path):
+    sets = reference_sets()
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    git = ["git", "-C", str(upstream), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git[:3], "init", "-q"], check=True)
+    (upstream / "model.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "upstream"], check=True)
+    commit = subprocess.run([*git[:3], "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    writer = tmp_path / "toy_references.py"  # an absolute path: not one of scripts/parity
+    writer.write_text(WRITER)
+    spec = sets.ReferenceSet("toy", None, ((str(writer), sets.OUT, sets.CHECKOUT, str(PARITY_SCRIPTS)),))
+    with pytest.raises(sets.RegenerationError, match="--checkout"):
+        sets.write(spec, tmp_path / "set", sys.executable)
+    fingerprint = sets.write(spec, tmp_path / "set", sys.executable, checkout=upstream)
+    recorded = json.loads((tmp_path / "set" / "references.json").read_text())["upstream"]
+    assert recorded == {"commit": commit, "modified": False, "origin": None}
+    assert sets.recorded_fingerprint(tmp_path / "set") == fingerprint == machine_fingerprint()
