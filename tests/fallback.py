@@ -34,10 +34,10 @@ class Comparison:
     checked: list[str] = field(default_factory=list)
 
     @classmethod
-    def for_folder(cls, name: str, folder: Path, here: dict | None = None) -> "Comparison":
-        sets = helpers.reference_sets()
-        recorded = (sets.recorded_fingerprint(folder) or {}).get("id")
-        here_id = (here or helpers.machine_fingerprint())["id"]
+    def for_folder(cls, name: str, folder: Path) -> "Comparison":
+        """Exact where the set in `folder` was written at this machine's fingerprint, else the fallback."""
+        recorded = (helpers.reference_sets().recorded_fingerprint(folder) or {}).get("id")
+        here_id = helpers.machine_fingerprint()["id"]
         if recorded == here_id and not helpers.PARITY_FOREIGN:
             comparison = cls(name, True, f"fingerprint {here_id} is the writer's")
         elif recorded == here_id:

@@ -114,7 +114,8 @@ PARITY_CACHE = Path(os.environ["MIZUOTO_PARITY_CACHE"]) if os.environ.get("MIZUO
 PARITY_FOREIGN = os.environ.get("MIZUOTO_PARITY_FOREIGN") == "1"
 
 
-def _parity_module(name: str):
+def parity_module(name: str):
+    """A module of scripts/parity (pinned, fingerprint, reference_sets), imported once."""
     import importlib.util
 
     if name in sys.modules:
@@ -129,7 +130,7 @@ def _parity_module(name: str):
 
 
 def reference_sets():
-    return _parity_module("reference_sets")
+    return parity_module("reference_sets")
 
 
 # The run in a pinned process: the in-process pins first, then the script as __main__.
@@ -144,7 +145,7 @@ def run_pinned(script, *args, timeout: int = 600) -> dict:
     import subprocess
 
     require_avx2()
-    env = _parity_module("pinned").pinned_env()
+    env = parity_module("pinned").pinned_env()
     done = subprocess.run([sys.executable, "-c", _PINNED_RUNNER, str(PARITY_SCRIPTS), str(script), *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -171,16 +171,16 @@ def fingerprint() -> dict:
     return {"id": identity.hexdigest()[:16], **record, "primitives": primitives}
 
 
-# Each pin lifted alone (the environment variable removed, or the in-process setting left at torch's default).
-LIFTS = {**{name: {"unset": name} for name in PINS}, "threads": {"threads": 0}, "onednn": {"mkldnn": True}}
+# Each pin lifted alone: an environment variable removed, or an in-process setting left at torch's default.
+LIFTS = (*PINS, "threads", "onednn")
 
 
 def lifted_battery(lift: str) -> dict[str, str]:
+    """The battery with every pin but `lift` (one of LIFTS), in a fresh process."""
     import subprocess
 
-    change = LIFTS[lift]
     env = {**os.environ, **PINS, "FINGERPRINT_LIFTED": lift}
-    env.pop(change.get("unset", ""), None)
+    env.pop(lift, None)
     done = subprocess.run([sys.executable, __file__, "--unpinned"], env=env, capture_output=True, text=True,
                           check=True)
     return json.loads(done.stdout)["primitives"]

@@ -15,7 +15,7 @@ the pinned upstream environment (scripts/parity/<oracle>_upstream_env.sh) is bui
 cache (MIZUOTO_PARITY_CACHE, else $XDG_CACHE_HOME/mizuoto-parity, else ~/.cache/mizuoto-parity) and the set
 is written again there by the same deterministic writers; the committed folder is never touched.
 Upstreams that only live on GitHub cannot be rebuilt here: their sets have no oracle environment, and their
-tests fall back to tolerance.py's comparison on a foreign machine.
+tests fall back to tests/fallback.py's comparison on a foreign machine.
 """
 
 from __future__ import annotations
@@ -176,11 +176,10 @@ def write(reference_set: ReferenceSet, out: Path, python: str, checkout: Path | 
     return fingerprint
 
 
-def regenerated(reference_set: ReferenceSet, fingerprint: dict, root: Path | None = None, python: str | None = None,
-                log=print) -> Path:
+def regenerated(reference_set: ReferenceSet, fingerprint: dict, root: Path | None = None, log=print) -> Path:
     """The set written on this machine (whose fingerprint is `fingerprint`) into the cache, built once: the
     folder is complete or absent, never half-written."""
-    if reference_set.oracle is None and python is None:
+    if reference_set.oracle is None:
         raise RegenerationError(f"{reference_set.name}: its upstream ({reference_set.upstream}) cannot be run here")
     root = root or cache_root()
     key = f"{fingerprint['id']}-{digest(reference_set.sources())}"
@@ -188,7 +187,7 @@ def regenerated(reference_set: ReferenceSet, fingerprint: dict, root: Path | Non
     with locked(root / "sets" / f".{key}-{reference_set.name.replace('/', '-')}.lock"):
         if (folder / FINGERPRINT_FILE).exists():
             return folder
-        python = python or str(oracle_python(reference_set.oracle, root, log))
+        python = str(oracle_python(reference_set.oracle, root, log))
         log(f"parity: writing {reference_set.name} with {reference_set.upstream} on this machine ({folder})")
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=folder.parent))
