@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Sequence
 
+from mizuoto.audio.files import SAMPLE_FORMATS
 from mizuoto.core.compute import cpu
 from mizuoto.core.errors import MizuotoError
 from mizuoto.engines.spec import SPEAK, TRANSCRIBE
@@ -59,9 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    say = sub.add_parser("say", help="speak a text into a WAV file",
-                         description="Speak TEXT with an engine and write a WAV file; prints the run "
-                                     "report as JSON.")
+    say = sub.add_parser("say", help="speak a text into an audio file",
+                         description="Speak TEXT with an engine and write an audio file (WAV, FLAC, Ogg Vorbis "
+                                     "or MP3, after the output's suffix); prints the run report as JSON.")
     say.add_argument("text", metavar="TEXT", help="what to say")
     say.add_argument("--engine", required=True, metavar="ID",
                      help=f"engine to use: {', '.join(engines.of_kind(SPEAK))}")
@@ -77,19 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
     say.add_argument("--settings", metavar="FILE", help="settings file (default: $MIZUOTO_SETTINGS or "
                                                         "~/.config/mizuoto/settings.toml)")
-    say.add_argument("--format", default="pcm16", choices=("pcm16", "float32"),
-                     help="WAV sample format (default: pcm16)")
-    say.add_argument("--ref-audio", metavar="FILE.wav", help="reference voice recording (engines that take one)")
+    say.add_argument("--format", default=None, choices=SAMPLE_FORMATS,
+                     help="sample format of a .wav (pcm16, pcm24, float32) or .flac (pcm16, pcm24) output "
+                          "(default: pcm16); .ogg and .mp3 have none")
+    say.add_argument("--ref-audio", metavar="FILE", help="reference voice recording: WAV, FLAC, OGG, Opus or MP3 "
+                                                        "(engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
     say.add_argument("--transcriber", metavar="PATH", help="Whisper checkpoint that transcribes the reference "
                                                             "when --ref-text is not given (engines that read it)")
-    say.add_argument("-o", "--output", required=True, metavar="OUT.wav", help="WAV file to write")
+    say.add_argument("-o", "--output", required=True, metavar="OUT.wav",
+                     help="file to write; its suffix picks the format: .wav, .flac, .ogg or .mp3")
     _add_engine_params(say.add_argument_group("engine parameters"), SPEAK)
 
     hear = sub.add_parser("transcribe", help="transcribe an audio file",
-                          description="Transcribe a WAV file (any rate; 16 kHz mono is bit-exact to upstream) "
-                                      "and print the text, or with --json the whole result.")
-    hear.add_argument("audio", metavar="FILE.wav", help="audio to transcribe")
+                          description="Transcribe an audio file (WAV, FLAC, OGG, Opus or MP3 at any rate; 16 kHz "
+                                      "16-bit mono is bit-exact to upstream) and print the text, or with --json "
+                                      "the whole result.")
+    hear.add_argument("audio", metavar="FILE", help="audio to transcribe")
     hear.add_argument("--engine", default="whisper", metavar="ID",
                       help=f"engine to use: {', '.join(engines.of_kind(TRANSCRIBE)) or 'none'} (default whisper)")
     hear.add_argument("--model", required=True, metavar="PATH", help="checkpoint: an openai .pt file or a "
@@ -115,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_say(args) -> int:
     from mizuoto import engines
-    from mizuoto.audio import wav
+    from mizuoto.audio import files
     from mizuoto.core.errors import InputError
     from mizuoto.host import load_model, speak, startup
 
@@ -124,24 +128,23 @@ def cmd_say(args) -> int:
         raise InputError(f"engine {spec.id} does not speak; use python -m mizuoto transcribe")
     if not args.text.strip():
         raise InputError("text is empty; give some words to speak")
-    output = wav.check_writable(args.output)  # before any work, so a bad path costs nothing
-    if args.ref_audio and not os.path.isfile(args.ref_audio):
-        raise InputError(f"reference audio {args.ref_audio} does not exist")
+    output = files.check_output(args.output, args.format)  # before any work, so a bad path costs nothing
+    # a bad reference file costs nothing either
+    reference = files.read(args.ref_audio, "reference audio") if args.ref_audio else None
     startup.start(args.settings)
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
-    reference = wav.read(args.ref_audio) if args.ref_audio else None
     transcriber = load_model("whisper", args.transcriber, device=args.device) if args.transcriber else None
     speech = speak(loaded, args.text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
                    transcriber=transcriber)
-    wav.write(output, speech.waveform, speech.sample_rate, args.format)
+    files.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0
 
 
 def cmd_transcribe(args) -> int:
-    from mizuoto.audio import wav
+    from mizuoto.audio import files
     from mizuoto.core.errors import InputError
     from mizuoto.host import load_model, startup
     from mizuoto.host.local import transcribe
@@ -149,9 +152,7 @@ def cmd_transcribe(args) -> int:
     spec = engines_get(args.engine)
     if spec.kind != TRANSCRIBE:
         raise InputError(f"engine {spec.id} does not transcribe; use --engine whisper")
-    if not os.path.isfile(args.audio):
-        raise InputError(f"audio file {args.audio} does not exist")
-    waveform, rate = wav.read(args.audio)
+    waveform, rate = files.read(args.audio)
     startup.start()
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy)

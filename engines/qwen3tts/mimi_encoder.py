@@ -184,7 +184,7 @@ class MimiEncoder(nn.Module):
         model's device; the transpose of what upstream's `Qwen3TTSTokenizer.encode` returns for it.
 
         At the tokenizer's rate (24 kHz) the codes are upstream's; another rate is resampled first,
-        where upstream's soxr and Mizuoto's resampler differ slightly (ref_audio.py)."""
+        with upstream's librosa / soxr call (ref_audio.py)."""
         return self.encode_batch([wave], sample_rate)[0]
 
     @torch.inference_mode()

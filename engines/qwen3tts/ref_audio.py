@@ -1,29 +1,19 @@
 """Bringing a voice-clone reference to the 24 kHz both encoders read.
 
 Upstream (`Qwen3TTSModel.create_voice_clone_prompt`, `Qwen3TTSTokenizer._normalize_audio_inputs`)
-resamples a reference that is not at 24 kHz with `librosa.resample` (soxr "HQ"), whose output has
-ceil(samples * 24000 / rate) samples. Mizuoto resamples with its own windowed-sinc resampler and then
-pads or cuts to that same length, so the number of codec frames matches upstream's; the samples
-themselves differ from soxr's in the last bits (two good resamplers never agree exactly). Audio that is
-already at 24 kHz passes through untouched and is what makes the x-vector and the codes exact.
+resamples a reference that is not at 24 kHz with `librosa.resample` (soxr "HQ") in float32, whose output
+has ceil(samples * 24000 / rate) samples; `mizuoto.audio.librosa_soxr` makes the same calls, so the
+x-vector and the codes are upstream's at any rate. Audio already at 24 kHz passes through untouched.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-import torch.nn.functional as F
 
-from mizuoto.audio.resample import resample
+from mizuoto.audio.librosa_soxr import resample
 from mizuoto.core.errors import InputError
 
 SAMPLE_RATE = 24000
-
-
-def librosa_length(samples: int, rate: int, target: int) -> int:
-    """librosa.resample's output length: ceil(samples * (target / rate)), the ratio in float64."""
-    return int(math.ceil(samples * (float(target) / rate)))
 
 
 def at_rate(wave, rate: int, target: int = SAMPLE_RATE) -> torch.Tensor:
@@ -40,8 +30,4 @@ def at_rate(wave, rate: int, target: int = SAMPLE_RATE) -> torch.Tensor:
     wave = wave.to(torch.float32)
     if rate == target:
         return wave
-    length = librosa_length(wave.shape[0], rate, target)
-    out = resample(wave, rate, target)
-    if out.shape[0] < length:
-        out = F.pad(out, (0, length - out.shape[0]))
-    return out[:length]
+    return resample(wave, rate, target)

@@ -217,7 +217,7 @@ class SpeakerEncoder(nn.Module):
         """Mono float audio (samples,) -> the x-vector (enc_dim,) in the model's dtype, on its device.
 
         At 24 kHz this is upstream's `extract_speaker_embedding` exactly; another rate is resampled
-        first (upstream's soxr and Mizuoto's resampler differ slightly, see ref_audio.py)."""
+        first, with upstream's librosa / soxr call (ref_audio.py)."""
         if self.config.mel_dim != speaker_mel.N_MELS:
             raise CheckpointError(f"this speaker encoder reads {self.config.mel_dim} mel bands, but upstream always "
                                   f"computes {speaker_mel.N_MELS}; the checkpoint cannot take a reference")

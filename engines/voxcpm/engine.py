@@ -14,10 +14,9 @@ Bad cases are retried as upstream's default does: an attempt of at least `retry_
 patches per text token is drawn again (the random stream goes on), at most `retry_badcase_max_times`
 attempts; the last one is kept. Streaming never retries (upstream's rule).
 
-Reference audio at the VAE's rate (16 kHz for VoxCPM 0.5B and 2, 44.1 kHz for 1.5) is exact to upstream.
-Another rate is resampled first: for v1 with torchaudio's resampler (what upstream uses, exact); for v2
-upstream uses librosa's soxr, which Mizuoto's own resampler approximates (the prompt's latents then
-differ in the last bits, and the sampled speech can differ).
+Reference audio at any rate is exact to upstream: another rate than the VAE's (16 kHz for VoxCPM 0.5B and 2,
+44.1 kHz for 1.5) is resampled first as upstream resamples it, for v1 with torchaudio's resampler
+(`torchaudio.functional.resample`), for v2 with librosa's (`librosa.load(sr=...)`: soxr HQ).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from mizuoto.audio.resample import resample
+from mizuoto.audio.librosa_soxr import resample as librosa_resample
 from mizuoto.audio.torchaudio_sinc import resample as torchaudio_resample
 from mizuoto.core.errors import InputError
 from mizuoto.core.options import RuntimeOptions
@@ -132,7 +131,7 @@ def _encode(loaded: VoxLoaded, wave: torch.Tensor, rate: int, left_pad: bool) ->
     wave = torch.as_tensor(wave, dtype=torch.float32).reshape(1, -1).cpu()
     if rate != vae.sample_rate:
         wave = torchaudio_resample(wave, rate, vae.sample_rate, transform_kernel=False) \
-            if loaded.config.version == 1 else resample(wave, rate, vae.sample_rate)
+            if loaded.config.version == 1 else librosa_resample(wave, rate, vae.sample_rate)
     patch_len = patch * vae.chunk_size
     pad = -wave.shape[1] % patch_len
     wave = torch.nn.functional.pad(wave, (pad, 0) if left_pad else (0, pad))

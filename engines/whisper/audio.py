@@ -4,11 +4,12 @@
 `whisper/audio.py` computes, operation for operation, so on the same device and thread count the
 spectrogram is bit for bit upstream's. The mel filter bank is upstream's own data file
 (`assets/mel_filters.npz`, see assets/README.md). No file decoding: audio reaches the engine as a
-tensor (ComfyUI AUDIO, our WAV reader), so ffmpeg is not needed.
+tensor (ComfyUI AUDIO, or a file read with soundfile: mizuoto.audio.files), so ffmpeg is not needed.
 
-openai-whisper resamples with ffmpeg while decoding a file; Mizuoto resamples with `resample` below
-(windowed sinc, Kaiser window). Only audio that is already 16 kHz gives upstream's exact input; other
-rates give a spectrogram that differs from upstream's in the last bits (two good resamplers differ).
+openai-whisper decodes a file with ffmpeg into 16 kHz 16-bit mono; Mizuoto resamples with `resample`
+below (windowed sinc, Kaiser window: no Python library reproduces ffmpeg's resampler). Audio that is
+already 16 kHz 16-bit mono gives upstream's exact input; other rates give a spectrogram that differs
+from upstream's in the last bits (two good resamplers differ).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _hann_window(device) -> torch.Tensor:
 def _as_float32_tensor(audio) -> torch.Tensor:
     if isinstance(audio, (str, Path)):
         raise InputError("Whisper's log_mel_spectrogram takes a 16 kHz waveform, not a file path; "
-                         "read the file first (mizuoto.audio.wav.read) and resample it to 16 kHz")
+                         "read the file first (mizuoto.audio.files.read) and resample it to 16 kHz")
     if not torch.is_tensor(audio):
         audio = torch.from_numpy(np.ascontiguousarray(audio))
     if audio.dtype != torch.float32:

@@ -1,9 +1,10 @@
 """Mixing down to mono and band-limited resampling, in torch.
 
-Engines need their own rate (Whisper 16 kHz) while ComfyUI's AUDIO and users' files come at any
-rate. Windowed-sinc interpolation with a Kaiser window; resampling to the same rate returns the input.
-Upstream engines resample with ffmpeg or torchaudio, so only audio already at an engine's rate is
-bit-exact to upstream.
+Whisper needs 16 kHz while ComfyUI's AUDIO and users' files come at any rate. openai-whisper resamples
+with ffmpeg while it decodes a file, which no resampler in Python reproduces, so this is Mizuoto's own:
+windowed-sinc interpolation with a Kaiser window; resampling to the same rate returns the input. Only
+audio already at 16 kHz is bit-exact to upstream. Engines whose upstream resamples with a library use
+that library's exact resampler instead (torchaudio_sinc.py, librosa_soxr.py).
 """
 
 from __future__ import annotations

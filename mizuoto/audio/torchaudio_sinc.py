@@ -1,8 +1,8 @@
 """torchaudio's default resampler (`sinc_interp_hann`, width 6, rolloff 0.99), reproduced bit for bit.
 
 Engines whose upstream resamples with torchaudio (F5-TTS's `torchaudio.transforms.Resample`, VoxCPM 1's
-`torchaudio.functional.resample`) use this one; `resample.py` is Mizuoto's own Kaiser-window resampler for
-engines whose upstream uses another library (ffmpeg, soxr), which no resampler reproduces exactly.
+`torchaudio.functional.resample`) use this one; `librosa_soxr.py` is librosa's (soxr), and `resample.py`
+Mizuoto's own Kaiser-window resampler for Whisper, whose upstream resamples with ffmpeg while decoding.
 """
 
 from __future__ import annotations

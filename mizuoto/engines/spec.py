@@ -78,7 +78,9 @@ class Reference:
             waveform = waveform[0]
         if waveform.dim() == 1:
             waveform = waveform[None]
-        if waveform.dim() != 2 or waveform.shape[-1] == 0 or sample_rate <= 0:
+        if int(sample_rate) <= 0:
+            raise InputError(f"reference audio's sample rate is {sample_rate}; give a recording with its real rate")
+        if waveform.dim() != 2 or waveform.shape[-1] == 0:
             raise InputError("reference audio is empty; give a recording of the voice")
         seconds = waveform.shape[-1] / sample_rate
         if not self.min_seconds <= seconds <= self.max_seconds:

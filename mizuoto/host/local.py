@@ -173,8 +173,8 @@ def transcribe(loaded: LoadedModel, waveform, sample_rate: int, params: dict[str
                seed: int | None = None, ctx: RequestContext | None = None) -> dict[str, Any]:
     """Audio (channels, samples) at any rate -> the transcription engine's result dict, plus a report.
 
-    The audio is mixed to mono and resampled to the engine's rate (exact to upstream only when it
-    already is at that rate: upstream resamples with ffmpeg)."""
+    The audio is mixed to mono and resampled to the engine's rate with mizuoto/audio/resample.py (exact
+    to upstream only when it already is at that rate: upstream resamples with ffmpeg)."""
     from mizuoto.engines.spec import TRANSCRIBE
 
     if loaded.spec.kind != TRANSCRIBE:
@@ -229,9 +229,13 @@ def _mono_at(waveform, sample_rate: int, rate: int):
         if waveform.shape[0] != 1:
             raise InputError(f"the audio holds {waveform.shape[0]} clips; give exactly one")
         waveform = waveform[0]
+    if int(sample_rate) <= 0:
+        raise InputError(f"the audio's sample rate is {sample_rate}; give audio with its real rate")
     mono = waveform if waveform.dim() == 1 else waveform.mean(dim=0)
     if mono.shape[-1] == 0:
         raise InputError("the audio is empty")
+    if not bool(torch.isfinite(mono).all()):
+        raise InputError("the audio holds NaN or infinite samples")
     if sample_rate != rate:
         from mizuoto.audio.resample import resample
 

@@ -18,7 +18,7 @@ pytest.importorskip("pypinyin")
 pytest.importorskip("rjieba")
 
 from mizuoto import cli  # noqa: E402
-from mizuoto.audio import wav  # noqa: E402
+from mizuoto.audio import files  # noqa: E402
 from mizuoto.core.errors import Cancelled, CheckpointError, InputError, SettingsError  # noqa: E402
 from mizuoto.engines.f5tts import engine, text  # noqa: E402
 from mizuoto.host import load_model, speak  # noqa: E402
@@ -466,7 +466,7 @@ def test_math_policy_runs_the_dit_site(v1, monkeypatch):
 
 def test_cli_say(tmp_path, capsys, v1):
     reference = voice(1.2)
-    ref_file = wav.write(tmp_path / "ref.wav", reference[0], RATE, "float32")
+    ref_file = files.write(tmp_path / "ref.wav", reference[0], RATE, "float32")
     out = tmp_path / "out.wav"
     argv = ["say", "Hello from the command line.", "--engine", "f5tts", "--model", str(DATA / "v1"), "--device",
             "cpu", "--ref-audio", str(ref_file), "--ref-text", REF_TEXT, "--seed", "3", "--nfe-step", "8", "-o",
@@ -475,7 +475,7 @@ def test_cli_say(tmp_path, capsys, v1):
     report = json.loads(capsys.readouterr().out)
     assert report["engine"] == "f5tts" and report["seed"] == 3 and report["output"] == str(out)
     assert report["speak"]["nfe_step"] == 8 and report["sample_rate"] == RATE
-    waveform, rate = wav.read(out)
+    waveform, rate = files.read(out)
     want = say(v1, "Hello from the command line.", seed=3, reference=reference, trim_reference=True).waveform
     assert rate == RATE and waveform.shape == want.shape == (1, report["samples"])
     torch.testing.assert_close(waveform, want, rtol=0, atol=1.5 / 32768)  # pcm16

@@ -20,9 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from mizuoto.audio.librosa_soxr import output_length
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.engines.qwen3tts import speaker_mel
-from mizuoto.engines.qwen3tts.ref_audio import at_rate, librosa_length
+from mizuoto.engines.qwen3tts.ref_audio import at_rate
 from mizuoto.engines.qwen3tts.speaker import SpeakerEncoder, SpeakerEncoderConfig, load_speaker_encoder
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
@@ -142,8 +143,8 @@ def test_bad_audio_gives_input_errors(wave, expected):
 def test_other_rates_get_librosas_output_length(rate):
     samples = rate + 7
     out = at_rate(torch.rand(samples), rate)
-    assert out.shape == (librosa_length(samples, rate, 24000),) and out.dtype == torch.float32
-    assert librosa_length(samples, rate, 24000) == int(np.ceil(samples * (24000 / rate)))
+    assert out.shape == (output_length(samples, rate, 24000),) and out.dtype == torch.float32
+    assert output_length(samples, rate, 24000) == int(np.ceil(samples * (24000 / rate)))
 
 
 def test_24k_audio_passes_untouched():

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mizuoto import host
-from mizuoto.audio import wav
+from mizuoto.audio import files
 from mizuoto.core.errors import Cancelled, CheckpointError, InputError
 from mizuoto.engines.voxcpm import engine
 from mizuoto.runtime.context import RequestContext
@@ -27,7 +27,7 @@ def models():
 
 
 def recording(name: str = "prompt16.wav"):
-    return wav.read(DATA / name)
+    return files.read(DATA / name)
 
 
 def say(loaded, text="hello world", seed=3, params=None, **kwargs):
@@ -237,7 +237,7 @@ def test_cli_say(tmp_path, capsys):
                      "--ref-audio", str(DATA / "prompt16.wav"), "--ref-text", "a prompt", "--cfg-value", "1.5",
                      "--inference-timesteps", "4", "--max-len", "5", "-o", str(out)])
     assert code == 0
-    written, rate = wav.read(out)
+    written, rate = files.read(out)
     assert rate == 16000 and written.shape[-1] > 0
 
 

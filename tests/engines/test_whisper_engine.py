@@ -10,7 +10,7 @@ import torch
 whisper = pytest.importorskip("whisper")
 
 from mizuoto import cli  # noqa: E402
-from mizuoto.audio import wav  # noqa: E402
+from mizuoto.audio import files  # noqa: E402
 from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.host import load_model  # noqa: E402
 from mizuoto.host.local import transcribe  # noqa: E402
@@ -105,7 +105,7 @@ def test_errors(tiny):
 def test_cli_transcribe(tiny, tmp_path, capsys):
     model, path = tiny
     audio = speechlike(2.0, seed=4)
-    file = wav.write(tmp_path / "a.wav", torch.from_numpy(audio)[None], 16000, "float32")
+    file = files.write(tmp_path / "a.wav", torch.from_numpy(audio)[None], 16000, "float32")
     torch.manual_seed(9)
     want = whisper.transcribe(model, audio, **upstream_cli_defaults())
     assert cli.main(["transcribe", str(file), "--model", str(path), "--seed", "9", "--device", "cpu"]) == 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mizuoto import cli
-from mizuoto.audio import wav
+from mizuoto.audio import files
 
 
 def run_main(capsys, *argv):
@@ -22,7 +22,7 @@ def test_say_writes_wav_and_prints_report(tmp_path, capsys):
     assert code == 0
     report = json.loads(stdout)
     assert report["seed"] == 3 and report["output"] == str(out) and report["engine"] == "dummy"
-    waveform, rate = wav.read(out)
+    waveform, rate = files.read(out)
     assert rate == report["sample_rate"] and waveform.shape == (1, report["samples"])
 
 
@@ -31,7 +31,7 @@ def test_same_seed_same_file_float_format(tmp_path, capsys):
     for path, seed in zip(paths, (5, 5, 6), strict=True):
         assert run_main(capsys, "say", "hi", "--engine", "dummy", "--seed", str(seed), "--format", "float32",
                         "-o", str(path))[0] == 0
-    a, b, c = (wav.read(p)[0] for p in paths)
+    a, b, c = (files.read(p)[0] for p in paths)
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
@@ -146,7 +146,7 @@ def test_cli_options_are_the_speak_nodes_inputs():
 
 def test_reference_audio_option(tmp_path, capsys):
     t = torch.arange(16000) / 16000
-    ref = wav.write(tmp_path / "ref.wav", (0.5 * torch.sin(2 * torch.pi * 100 * t))[None], 16000)
+    ref = files.write(tmp_path / "ref.wav", (0.5 * torch.sin(2 * torch.pi * 100 * t))[None], 16000)
     code, stdout, _ = run_main(capsys, "say", "hi", "--engine", "dummy", "--ref-audio", str(ref), "-o",
                                str(tmp_path / "o.wav"))
     assert code == 0

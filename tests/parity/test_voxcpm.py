@@ -31,14 +31,14 @@ KINDS = {"v1": "float32", "v2": "float32", "v2_bf16": "bfloat16"}  # folder -> t
 
 def case_request(case: dict, data: Path) -> dict:
     """host.speak's keyword arguments for a recorded case."""
-    from mizuoto.audio import wav
+    from mizuoto.audio import files
 
     params = dict(case["options"])
     kwargs = dict(text=case["text"], seed=case["seed"], params=params)
     prompt, reference = case["prompt_wav"], case["reference_wav"]
     if prompt or reference:
         params["clone_mode"] = MODES[(bool(prompt), bool(reference))]
-        kwargs["reference"] = wav.read(data / (prompt or reference))
+        kwargs["reference"] = files.read(data / (prompt or reference))
         if prompt:
             kwargs["reference_text"] = case["prompt_text"]
     return kwargs
@@ -86,14 +86,14 @@ def compare(data: Path) -> dict:
 def two_recordings(loaded, case: dict, data: Path, tensors: dict) -> dict:
     """A case with a prompt and a reference from two files: below the host (which takes one recording),
     through the engine's `request` with both."""
-    from mizuoto.audio import wav
+    from mizuoto.audio import files
     from mizuoto.engines.voxcpm import engine
     from mizuoto.runtime.context import RequestContext
 
     values = loaded.spec.check_speak_params(case["options"])
     ctx = RequestContext(case["seed"])
-    prompt_wave, prompt_rate = wav.read(data / case["prompt_wav"])
-    reference_wave, reference_rate = wav.read(data / case["reference_wav"])
+    prompt_wave, prompt_rate = files.read(data / case["prompt_wav"])
+    reference_wave, reference_rate = files.read(data / case["reference_wav"])
     request = engine.request(loaded.state, case["text"], ctx, values,
                              (prompt_wave.mean(0), prompt_rate, case["prompt_text"]),
                              (reference_wave.mean(0), reference_rate))
