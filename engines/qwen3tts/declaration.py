@@ -30,7 +30,7 @@ ENGINE = EngineSpec(
     ),
     # upstream sets no limits; the speaker encoder needs a few mel frames
     reference=Reference(0.1, 60.0, transcript=True, transcript_unused_with="x_vector_only",
-                        help="Base models: a recording of the voice to clone (24 kHz is exact to upstream)"),
+                        help="Base models: a recording of the voice to clone (any rate; resampled as upstream does)"),
     # upstream's wrapper defaults (generate_custom_voice / generate_voice_design / generate_voice_clone and
     # the released generation_config.json); they are passed explicitly, as a caller of the wrapper would
     speak_params=(

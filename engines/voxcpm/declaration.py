@@ -17,8 +17,7 @@ ENGINE = EngineSpec(
     checkpoint_suffixes=(".safetensors", ".bin"),  # or rather its folder (config.json, audiovae.*, tokenizer.json)
     repos=("openbmb/VoxCPM2", "openbmb/VoxCPM1.5", "openbmb/VoxCPM-0.5B"),
     reference=Reference(0.05, 60.0, transcript=True, transcript_unused_with="clone_mode=reference",
-                        help="a recording of the voice to clone (at the model's rate, 16 kHz or 44.1 kHz, it is "
-                             "exact to upstream)"),
+                        help="a recording of the voice to clone (any rate; resampled as upstream does)"),
     # upstream's VoxCPM.generate defaults (core.py), passed explicitly as a caller would
     speak_params=(
         Param("cfg_value", float, 2.0, "classifier-free guidance of the local diffusion (upstream suggests 1 to 3)",

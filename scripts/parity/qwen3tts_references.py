@@ -355,10 +355,10 @@ REC = {kind: Recorder(TTS[kind]) for kind in KINDS}
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def synth(n, seed, amp=0.08, f0=180.0, f1=2600.0):
+def synth(n, seed, amp=0.08, f0=180.0, f1=2600.0, rate=SR):
     g = torch.Generator().manual_seed(seed)
-    t = torch.arange(n, dtype=torch.float64) / SR
-    dur = n / SR
+    t = torch.arange(n, dtype=torch.float64) / rate
+    dur = n / rate
     phase = 2 * torch.pi * (f0 * t + (f1 - f0) * t**2 / (2 * dur))
     env = 0.6 + 0.4 * torch.sin(2 * torch.pi * 3.0 * t)
     x = env * (torch.sin(phase) + 0.35 * torch.sin(2 * phase + 0.5)) + 0.3 * torch.randn(n, generator=g,
@@ -368,8 +368,14 @@ def synth(n, seed, amp=0.08, f0=180.0, f1=2600.0):
 
 REF_A = synth(4800, 11)  # 0.2 s: 75 codec frames, 18 speaker-encoder mel frames
 REF_B = synth(3100, 12, amp=0.05, f0=240.0, f1=1800.0)  # 3100 / 64 = 48.4 -> 49 frames (ceil trim)
-put("audio/ref_a", REF_A)
-put("audio/ref_b", REF_B)
+# references at other rates: upstream resamples them to 24 kHz with librosa (soxr HQ) before both encoders
+REF_C16 = synth(3200, 13, f0=200.0, f1=2200.0, rate=16000)  # 0.2 s at 16 kHz
+REF_D48 = synth(7200, 14, amp=0.06, f0=160.0, f1=3000.0, rate=48000)  # 0.15 s at 48 kHz
+REF_NAMES = {id(REF_A): "audio/ref_a", id(REF_B): "audio/ref_b", id(REF_C16): "audio/ref_c16",
+             id(REF_D48): "audio/ref_d48"}
+for _ref, _name in ((REF_A, "audio/ref_a"), (REF_B, "audio/ref_b"), (REF_C16, "audio/ref_c16"),
+                    (REF_D48, "audio/ref_d48")):
+    put(_name, _ref)
 
 # ----------------------------------------------------------------------------------------------------------------
 # 5. generation cases, through the public wrapper API
@@ -466,14 +472,13 @@ def vd(text, instruct, language=None, **kw):
     return generate_voice_design, {"text": text, "instruct": instruct, "language": language, **kw}
 
 
-def bs(text, ref_audio, ref_text, language=None, **kw):
+def bs(text, ref_audio, ref_text, language=None, rate=SR, **kw):
     def generate_voice_clone():
-        audio = [(a.numpy(), SR) for a in ref_audio] if isinstance(ref_audio, list) else (ref_audio.numpy(), SR)
+        audio = [(a.numpy(), rate) for a in ref_audio] if isinstance(ref_audio, list) else (ref_audio.numpy(), rate)
         return BS.generate_voice_clone(text=text, ref_audio=audio, ref_text=ref_text, language=language,
                                        max_new_tokens=MAXN, **kw)
-    names = ["audio/ref_a" if a is REF_A else "audio/ref_b" for a in (ref_audio if isinstance(ref_audio, list)
-                                                                       else [ref_audio])]
-    return generate_voice_clone, {"text": text, "ref_audio": names, "ref_sr": SR, "ref_text": ref_text,
+    names = [REF_NAMES[id(a)] for a in (ref_audio if isinstance(ref_audio, list) else [ref_audio])]
+    return generate_voice_clone, {"text": text, "ref_audio": names, "ref_sr": rate, "ref_text": ref_text,
                                   "language": language, **kw}
 
 
@@ -504,6 +509,9 @@ CASE_SPECS = [
     ("bs_icl_shorttext_s23", "base", bs("Hi.", REF_A, REF_TEXT_A, None), 23, False),
     ("bs_batch2_icl_s24", "base", bs([TEXT_EN, TEXT_MIX], [REF_A, REF_B], [REF_TEXT_A, REF_TEXT_B],
                                      ["English", "Auto"]), 24, True),
+    # references at 16 kHz and 48 kHz, resampled by upstream (librosa, soxr HQ) for the codes and the x-vector
+    ("bs_icl_16k_s25", "base", bs(TEXT_EN, REF_C16, REF_TEXT_A, "English", rate=16000), 25, False),
+    ("bs_icl_48k_s26", "base", bs(TEXT_MIX, REF_D48, REF_TEXT_B, "Auto", rate=48000), 26, False),
 ]
 for name, kind, (call, request), seed, keep in CASE_SPECS:
     record_case(name, kind, call, request, seed, keep_logits=keep)

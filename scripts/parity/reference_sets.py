@@ -87,6 +87,8 @@ SETS = {s.name: s for s in (
     ReferenceSet("voxcpm/cfm", "voxcpm", (("voxcpm_cfm_references.py", OUT),), upstream="voxcpm 2.0.3"),
     ReferenceSet("voxcpm/tokenizer", "voxcpm", (("voxcpm_tokenizer_references.py", OUT),), floats=False,
                  upstream="voxcpm 2.0.3"),
+    ReferenceSet("audio/librosa_resample", "voxcpm", (("librosa_resample_references.py", OUT),),
+                 upstream="librosa 0.11.0 + soxr 1.1.0 (the voxcpm oracle environment)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

@@ -10,7 +10,7 @@ Writes into OUTDIR:
                     audiovae.safetensors, tokenizer.json + tokenizer_config.json + special_tokens_map.json
                     (a small Llama-style BPE: "▁" normaliser, merges that make multi-character CJK tokens)
     v2_bf16/        v2 with config.json dtype bfloat16 and bfloat16 weights, as the released models are
-    *.wav           16 kHz and 24 kHz prompt / reference recordings (int16 PCM)
+    *.wav, *.flac   16 kHz and 24 kHz prompt / reference recordings (int16 PCM), one 44.1 kHz stereo 24-bit FLAC
     references.safetensors   every waveform (and streaming chunk) the cases produced, float32
     references.json          the cases (model, text, prompts, seed, options, names), versions, threads, ATEN level
 
@@ -61,7 +61,12 @@ def write_wav(name, seconds, rate, seed):
     phase = 2 * np.pi * np.cumsum(f0) / rate
     x = sum(0.3 / k * np.sin(k * phase + rng.rand()) for k in range(1, 6)) + 0.02 * rng.randn(t.size)
     x *= np.minimum(1.0, np.minimum(t, t[-1] - t) / 0.01)
-    soundfile.write(os.path.join(OUT, name), (x * 0.8 * 32767).astype(np.int16), rate, subtype="PCM_16")
+    if name.endswith(".flac"):  # stereo 24-bit FLAC: the second channel a little quieter and later
+        stereo = np.stack([x, 0.7 * np.roll(x, 3)], axis=1) * 0.8
+        soundfile.write(os.path.join(OUT, name), np.round(stereo * 8388607).astype(np.int32) * 256, rate,
+                        subtype="PCM_24")
+    else:
+        soundfile.write(os.path.join(OUT, name), (x * 0.8 * 32767).astype(np.int16), rate, subtype="PCM_16")
     return name
 
 
@@ -100,6 +105,7 @@ def main():
         "ref16": write_wav("ref16.wav", 0.09, 16000, 1),
         "prompt16": write_wav("prompt16.wav", 0.07, 16000, 2),
         "prompt24": write_wav("prompt24.wav", 0.075, 24000, 3),
+        "ref44": write_wav("ref44.flac", 0.08, 44100, 4),  # VoxCPM2 reads it with librosa.load: mono, soxr HQ
     }
     tts = {kind: voxcpm.VoxCPM(os.path.join(OUT, kind), zipenhancer_model_path=None, enable_denoiser=False,
                                optimize=False, device="cpu") for kind in KINDS}
@@ -131,6 +137,10 @@ def main():
         ("v1", "hello", 4, "prompt24", "the prompt", None, {}),  # 24 kHz: torchaudio's resampler to 16 kHz
         ("v1", "hello world", 9, None, None, None, {"streaming": True}),
         ("v1", "the fox", 8, "prompt16", "a prompt", None, {"streaming": True}),
+        # VoxCPM2 from recordings at other rates: upstream's librosa.load resamples them (soxr HQ) to 16 kHz
+        ("v2", "the fox", 2, "prompt24", "a prompt", None, {}),
+        ("v2", "hello there", 1, None, None, "ref44", {}),
+        ("v2", "good day", 4, "ref44", "a prompt", "ref44", {"inference_timesteps": 4}),
     ]
     for index, (kind, text, seed, prompt, prompt_text, reference, options) in enumerate(cases):
         pipeline, options = tts[kind], dict(options)

@@ -8,7 +8,8 @@ a fresh process pinned the same way (this file run as a script). The text tokeni
 table of the templates' recorded ids (the narrow hook: the loaded state's `tokenizer`), so that
 the texts, instructions and transcripts reach the engine as upstream tokenized them; then the same
 requests go through the folder's own tokenizer (tokenizer.py), when it is there. Base cases give
-the recorded 24 kHz reference audio: the x-vector and reference codes are the engine's own. The
+the recorded reference audio (24 kHz, and 16 kHz and 48 kHz, which upstream and the engine resample with
+librosa's soxr call): the x-vector and reference codes are the engine's own. The
 batched cases (several utterances in one call) are not the engine's to speak; their codes are checked
 in test_qwen3tts_generate.py.
 
@@ -133,7 +134,7 @@ def results(references):
 def test_every_single_utterance_case_is_compared(results, references):
     info = json.loads((references / "references.json").read_text())
     names = [case["name"] for case in single_cases(info)]
-    assert sorted(results) == sorted(names) and len(names) == 13
+    assert sorted(results) == sorted(names) and len(names) == 15
     assert {kind for kind in (c["kind"] for c in single_cases(info))} == {"custom_voice", "voice_design", "base"}
 
 

@@ -43,6 +43,8 @@ CODES = {
     "ref_a": ["bs_icl_streaming_s21/ref_code_0", "bs_icl_shorttext_s23/ref_code_0"],
     "ref_b": ["bs_icl_nonstreaming_s22/ref_code_0"],
 }
+# ... and from references at other rates, which upstream resamples to 24 kHz with librosa (soxr HQ) first
+OTHER_RATES = {"ref_c16": (16000, "bs_icl_16k_s25/ref_code_0"), "ref_d48": (48000, "bs_icl_48k_s26/ref_code_0")}
 # ... and from both in one request (upstream encodes them as one zero-padded batch)
 BATCH_CODES = ["bs_batch2_icl_s24/ref_code_0", "bs_batch2_icl_s24/ref_code_1"]
 # Upstream's encoder -> encoder_transformer -> downsample of MimiModel._encode_frame for each reference,
@@ -73,6 +75,8 @@ def ours_pinned_results(data: Path) -> dict:
                                   **fingerprint(latents)}
         for key in keys:
             out[key] = _compared(model.encode(wave), refs[key])
+    for name, (rate, key) in OTHER_RATES.items():
+        out[key] = _compared(model.encode(refs[f"audio/{name}"], rate), refs[key])
     batch = model.encode_batch([refs["audio/ref_a"], refs["audio/ref_b"]])
     for key, codes in zip(BATCH_CODES, batch, strict=True):
         out[key] = _compared(codes, refs[key])
@@ -106,7 +110,8 @@ def golden_latents(references) -> dict:
     return json.loads((references / "golden" / "mimi.json").read_text())
 
 
-@pytest.mark.parametrize("key", [k for keys in CODES.values() for k in keys] + BATCH_CODES)
+@pytest.mark.parametrize("key", [k for keys in CODES.values() for k in keys] + BATCH_CODES
+                         + [k for _, k in OTHER_RATES.values()])
 def test_codes_identical_to_upstream(ours_pinned, key):
     got = ours_pinned[key]
     assert got["dtype"] == "torch.int64" and got["shape"][0] == got["shape"][1], got["shape"]

@@ -38,6 +38,9 @@ XVECTORS = {
               "bs_batch2_icl_s24/ref_spk_embedding_0"],
     "ref_b": ["bs_icl_nonstreaming_s22/ref_spk_embedding_0", "bs_batch2_icl_s24/ref_spk_embedding_1"],
 }
+# ... and from references at other rates, which upstream resamples to 24 kHz with librosa (soxr HQ) first
+OTHER_RATES = {"ref_c16": (16000, "bs_icl_16k_s25/ref_spk_embedding_0"),
+               "ref_d48": (48000, "bs_icl_48k_s26/ref_spk_embedding_0")}
 # Upstream's mel_spectrogram(...).transpose(1, 2) of each reference as extract_speaker_embedding calls it
 # (qwen-tts 0.1.1, under the pins) is golden/speaker.json of the reference set, written by
 # `scripts/parity/qwen3tts_speaker_live.py --golden DIR` (run by `reference_sets.py write qwen3tts`).
@@ -58,6 +61,9 @@ def ours_pinned_results(data: Path) -> dict:
         x = model.x_vector(wave)
         for key in keys:
             out[key] = (x.double() - refs[key].double()).abs().max().item() if x.shape == refs[key].shape else None
+    for name, (rate, key) in OTHER_RATES.items():
+        x = model.x_vector(refs[f"audio/{name}"], rate)
+        out[key] = (x.double() - refs[key].double()).abs().max().item() if x.shape == refs[key].shape else None
     return out
 
 
@@ -82,7 +88,7 @@ def golden_mels(references) -> dict:
     return json.loads((references / "golden" / "speaker.json").read_text())
 
 
-@pytest.mark.parametrize("key", [k for keys in XVECTORS.values() for k in keys])
+@pytest.mark.parametrize("key", [k for keys in XVECTORS.values() for k in keys] + [k for _, k in OTHER_RATES.values()])
 def test_x_vector_identical_to_upstream(ours_pinned, key):
     assert ours_pinned[key] == 0.0
 

@@ -1,11 +1,12 @@
 """VoxCPM end to end against upstream, through the host (mizuoto.host.load_model / speak).
 
 tests/parity/data/voxcpm/e2e holds tiny random VoxCPM 1 and VoxCPM2 folders in the published layout (one
-VoxCPM2 in bfloat16, run in bfloat16 as upstream runs the released models) and 18 waveforms that
+VoxCPM2 in bfloat16, run in bfloat16 as upstream runs the released models) and 21 waveforms that
 upstream's own `VoxCPM.generate` / `generate_streaming` (voxcpm 2.0.3) produced from them
 (scripts/parity/voxcpm_references.py, one thread, ATEN_CPU_CAPABILITY=avx2): zero-shot, reference (v2),
 continuation, reference + continuation (v2), several seeds, CFG values and step counts, a 24 kHz prompt
-that v1 resamples with torchaudio, and runs whose stop head never fires, so upstream's bad-case retries
+that v1 resamples with torchaudio and v2 with librosa (soxr), a 44.1 kHz stereo 24-bit FLAC that v2 reads
+with librosa.load (mono, soxr) as reference and as both, and runs whose stop head never fires, so upstream's bad-case retries
 draw two and three attempts. Each case is spoken here from the same folder, text, WAV files and seed, in
 a fresh process pinned the same way (this file run as a script), and must be bit-identical; streamed
 cases are compared chunk by chunk.
@@ -114,7 +115,7 @@ def results():
 def test_every_case_is_compared(results):
     info = json.loads((DATA / "references.json").read_text())
     assert {case["name"] for case in info["cases"]} <= set(results)
-    assert len(info["cases"]) == 18
+    assert len(info["cases"]) == 21
 
 
 def test_identical_to_upstream(results):
