@@ -29,7 +29,8 @@ def report(settings_file=None) -> dict[str, Any]:
                 "applied": cpu.apply()},
         "cuda": {"available": torch.cuda.is_available(),
                  "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]},
-        "packages": {name: package_version(name) for name in ("safetensors", "numpy")},
+        "packages": {name: package_version(name) for name in ("safetensors", "numpy", "soundfile", "soxr")},
+        "audio_files": audio_files(),
         "settings": {key: {"value": list(value) if isinstance(value, tuple) else value,
                            "from": settings.sources[key]} for key, value in settings.values.items()},
         "engines": {spec.id: {"name": spec.display_name, "weights_license": spec.weights_license}
@@ -37,6 +38,13 @@ def report(settings_file=None) -> dict[str, Any]:
         "attention_sites": sorted(accel.REGISTRY),
         "acceleration": acceleration(settings, torch.__version__),
     }
+
+
+def audio_files() -> dict[str, Any]:
+    """What this machine's libsndfile reads and writes (an MP3 reader and writer need libsndfile 1.1+)."""
+    from mizuoto.audio import files
+
+    return files.library_report()
 
 
 def acceleration(settings, torch_version: str) -> dict[str, Any]:

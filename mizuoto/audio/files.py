@@ -1,10 +1,12 @@
 """Audio files in and out, through soundfile (libsndfile): what upstream engines read is what we read.
 
-Reading returns exactly what `soundfile.read(path, dtype="float32")` returns (integer PCM scaled by
-1 / 2^(bits - 1), as libsndfile, librosa, torchaudio and ComfyUI scale it), as a (channels, samples)
-tensor. WAV (PCM 8/16/24/32, float, extensible), FLAC, OGG Vorbis, Opus, MP3 and the other containers the
-bundled libsndfile knows are read; every file libsndfile refuses, or one that is empty, cut short or holds
-NaN or infinite samples, is a one-line `InputError` naming the file and what is wrong.
+Reading returns exactly what `librosa.load` reads through soundfile, `soundfile.SoundFile(path).read(
+dtype="float32")` (integer PCM scaled by 1 / 2^(bits - 1), as libsndfile, librosa, torchaudio and ComfyUI
+scale it), as a (channels, samples) tensor; `soundfile.read` gives the same samples except for MP3, where
+its seek to frame 0 before reading moves some samples by one float32 step. WAV (PCM 8/16/24/32, float,
+extensible), FLAC, Ogg Vorbis, Opus, MP3 and the other containers the bundled libsndfile knows are read;
+every file libsndfile refuses, or one that is empty, cut short or holds NaN or infinite samples, is a
+one-line `InputError` naming the file and what is wrong.
 
 Writing picks the container from the file name's suffix (.wav, .flac, .ogg, .mp3) and the sample type
 from `sample_format` where the container has one; `check_output` refuses a bad path or an unknown suffix
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +50,16 @@ def _soundfile():
         raise InputError(f"reading and writing audio files needs the soundfile package ({exc}); "
                          f"install it with: pip install soundfile") from None
     return soundfile
+
+
+def library_report() -> dict:
+    """libsndfile's version and what it reads and writes here, for the doctor (never raises)."""
+    try:
+        sf = _soundfile()
+    except InputError as exc:
+        return {"error": str(exc)}
+    return {"libsndfile": sf.__libsndfile_version__, "reads": sorted(sf.available_formats()),
+            "writes": writable_suffixes()}
 
 
 def writable_suffixes() -> list[str]:
@@ -85,9 +98,16 @@ def check_output(path: str | os.PathLike, sample_format: str | None = None) -> P
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"output folder {folder} does not exist; create it or choose another path")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"cannot write {path}: permission denied; choose another output path")
     _container(path, sample_format)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InputError(f"cannot write {path}: permission denied; choose another output path")
+    try:  # the one sure test (os.access says yes to root everywhere, even in /proc): create a file there
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: the folder takes no new file ({exc.strerror or exc}); choose another "
+                         f"output path") from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 
@@ -100,6 +120,7 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
     container, subtype = _container(path, sample_format)
     if waveform.dim() != 2 or waveform.shape[-1] == 0:
         raise InputError(f"cannot write {path}: the audio is empty or not (channels, samples)")
+    _check_rate(path, container, int(sample_rate))
     # libsndfile converts float to integer PCM without clipping (values past 1 wrap around); clip here
     data = waveform.detach().to("cpu", torch.float32).clamp(-1.0, 1.0).T.contiguous().numpy()
     sf = _soundfile()
@@ -115,6 +136,22 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
         return atomic_write(path, write_to)
     except OSError as exc:  # the disk filled, the folder went away: nothing is left behind
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# libsndfile's Vorbis encoder crashes the process on rates it cannot take; MP3 (LAME) takes these only
+VORBIS_MAX_RATE = 192000
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+
+
+def _check_rate(path: Path, container: Container, rate: int) -> None:
+    if rate <= 0:
+        raise InputError(f"cannot write {path}: the sample rate must be positive, got {rate}")
+    if container.name == "OGG" and rate > VORBIS_MAX_RATE:
+        raise InputError(f"cannot write {path}: Ogg Vorbis takes at most {VORBIS_MAX_RATE} Hz, the audio is {rate} "
+                         f"Hz; write .wav or .flac")
+    if container.name == "MP3" and rate not in MP3_RATES:
+        raise InputError(f"cannot write {path}: MP3 takes {', '.join(map(str, MP3_RATES))} Hz, the audio is "
+                         f"{rate} Hz; write .wav or .flac")
 
 
 def read(path: str | os.PathLike, what: str = "audio file"):
@@ -134,8 +171,8 @@ def read(path: str | os.PathLike, what: str = "audio file"):
     sf = _soundfile()
     try:
         with sf.SoundFile(str(path)) as f:
-            rate, declared = int(f.samplerate), int(f.frames)
-            data = f.read(dtype="float32", always_2d=True)
+            rate, declared, container = int(f.samplerate), int(f.frames), f.format
+            data = f.read(dtype="float32", always_2d=True)  # no seek first: librosa.load reads this way
             log = f.extra_info
     except (sf.LibsndfileError, RuntimeError) as exc:
         if "not recognised" in str(exc):
@@ -146,7 +183,7 @@ def read(path: str | os.PathLike, what: str = "audio file"):
         raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     if rate <= 0:
         raise InputError(f"cannot read {what} {path}: its sample rate is {rate}; the file is damaged")
-    cut = _cut_short(log)
+    cut = _cut_short(log) if container in RIFF_CONTAINERS else None
     if cut or len(data) < declared:
         detail = cut or f"the header declares {declared} frames, the file holds {len(data)}"
         raise InputError(f"cannot read {what} {path}: it is truncated: {detail}; use the complete file")
@@ -157,6 +194,7 @@ def read(path: str | os.PathLike, what: str = "audio file"):
     return torch.from_numpy(numpy.ascontiguousarray(data.T)), rate
 
 
+RIFF_CONTAINERS = ("WAV", "WAVEX", "RF64")  # whose data chunk size counts sample bytes only (not W64's)
 # libsndfile logs what it had to repair while parsing a header: the data chunk's declared size, and what
 # the file holds when that is less ("data : 3200 (should be 1578)"); the block align is one frame's bytes
 _DATA_SIZE = re.compile(r"^data\s*:\s*(\d+)(?:\s*\(should be (\d+)\))?", re.MULTILINE)

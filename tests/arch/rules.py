@@ -535,5 +535,29 @@ def check_library_independent_of_host(root: Path) -> list[str]:
     return _report(findings)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Rule 6: audio files are read and written, and resampled with an audio library, in mizuoto/audio/ only
+# (issue 15): one reader that refuses damaged files in one line, one writer that is atomic, and each
+# library resampler reproduced in one place. Nothing else opens an audio file by hand.
+
+AUDIO_DIR = "mizuoto/audio"
+AUDIO_LIBRARIES = frozenset({"soundfile", "soxr", "librosa", "torchaudio", "wave", "aifc", "sunau", "audioop",
+                             "scipy.io.wavfile", "audioread", "pydub", "av", "torchcodec"})
+
+
+def check_audio_io_in_audio(root: Path) -> list[str]:
+    all_sources = sources(root)
+    findings = _parse_errors(all_sources)
+    for source in all_sources:
+        if source.tree is None or source.under(AUDIO_DIR):
+            continue
+        for ref in imports(source):
+            names = {n for n in (ref.module, ref.full) if n}
+            if any(_under(name, library) for name in names for library in AUDIO_LIBRARIES):
+                findings.append(f"{source.rel}:{ref.line}: {ref.text}: audio files and audio libraries are used in "
+                                f"{AUDIO_DIR}/ only")
+    return _report(findings)
+
+
 ALL_CHECKS = (check_sdpa_outside_accel, check_process_wide_switches, check_global_seeding,
-              check_core_stdlib_only, check_library_independent_of_host)
+              check_core_stdlib_only, check_library_independent_of_host, check_audio_io_in_audio)

@@ -490,3 +490,26 @@ def test_import_does_not_import_torch(statement):
     code = (f"{statement}\nimport sys\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     assert run_python(code) == "[]"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rule 6: audio files and audio libraries in mizuoto/audio/ only
+
+@pytest.mark.parametrize("rel, code, lines", [
+    ("engines/x/engine.py", "import soundfile\n", [1]),
+    ("engines/x/engine.py", "import soundfile as sf\nimport librosa\n", [1, 2]),
+    ("engines/x/engine.py", "def load(p):\n    import wave\n    return wave.open(p)\n", [2]),
+    ("nodes/models.py", "from scipy.io import wavfile\n", [1]),
+    ("mizuoto/host/local.py", "import torchaudio.functional as AF\n", [1]),
+    ("mizuoto/doctor.py", "import soxr\n", [1]),
+])
+def test_audio_libraries_outside_audio_are_flagged(tmp_path, rel, code, lines):
+    plant(tmp_path, rel, code)
+    assert located(rules.check_audio_io_in_audio(tmp_path)) == [(rel, line) for line in lines]
+
+
+def test_audio_libraries_in_audio_and_our_resamplers_anywhere_are_allowed(tmp_path):
+    plant(tmp_path, "mizuoto/audio/files.py", "import soundfile\nimport wave\n")
+    plant(tmp_path, "engines/x/engine.py", "from mizuoto.audio.torchaudio_sinc import resample\n"
+                                           "from mizuoto.audio import files, librosa_soxr\nimport waveform_tools\n")
+    assert rules.check_audio_io_in_audio(tmp_path) == []

@@ -218,6 +218,25 @@ def test_speak_node_reference_audio(speaker, loader):
         speaker.generate(model, "ref", 3, reference_audio=short, speed=1.0)
 
 
+@pytest.mark.parametrize("waveform, rate, message", [
+    (torch.full((1, 1, 16000), float("nan")), 16000, "NaN or infinite"),
+    (torch.full((1, 2, 16000), float("inf")), 16000, "NaN or infinite"),
+    (torch.zeros(1, 1, 16000), 0, "sample rate is 0"),
+    (torch.zeros(1, 1, 0), 16000, "empty"),
+])
+def test_bad_audio_values_are_one_line_errors_in_the_host(speaker, loader, waveform, rate, message):
+    """What ComfyUI's Load Audio hands over is checked like a file: one line for the host's error dialog."""
+    from mizuoto.host.local import _mono_at
+
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="24000")
+    audio = {"waveform": waveform, "sample_rate": rate}
+    with pytest.raises(InputError, match=message) as caught:
+        speaker.generate(model, "ref", 3, reference_audio=audio, speed=1.0)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(InputError, match=message):  # the Transcribe node's path to Whisper
+        _mono_at(waveform, rate, 16000)
+
+
 def test_changing_the_policy_does_not_reload_the_weights(pack, loader):
     policy = pack.NODE_CLASS_MAPPINGS["MizuotoAccelPolicy"]()
     (auto,) = loader.load("(built-in weights)", "cpu", "float32", policy=policy.choose("auto", False, False, True)[0],

@@ -6,10 +6,10 @@ upstream's own `VoxCPM.generate` / `generate_streaming` (voxcpm 2.0.3) produced 
 (scripts/parity/voxcpm_references.py, one thread, ATEN_CPU_CAPABILITY=avx2): zero-shot, reference (v2),
 continuation, reference + continuation (v2), several seeds, CFG values and step counts, a 24 kHz prompt
 that v1 resamples with torchaudio and v2 with librosa (soxr), a 44.1 kHz stereo 24-bit FLAC that v2 reads
-with librosa.load (mono, soxr) as reference and as both, and runs whose stop head never fires, so upstream's bad-case retries
-draw two and three attempts. Each case is spoken here from the same folder, text, WAV files and seed, in
-a fresh process pinned the same way (this file run as a script), and must be bit-identical; streamed
-cases are compared chunk by chunk.
+with librosa.load (mono, soxr) as reference and as both, and runs whose stop head never fires, so
+upstream's bad-case retries draw two and three attempts. Each case is spoken here from the same folder,
+text, audio files and seed, in a fresh process pinned the same way (this file run as a script), and must
+be bit-identical; streamed cases are compared chunk by chunk.
 """
 
 from __future__ import annotations
