@@ -48,6 +48,10 @@ class AccelPolicy:
     name: str
     strict: bool = False
     _selections: dict = field(default_factory=dict, repr=False)
+    # call_key(...) -> Entry: the per-call lookup, keyed on
+    # raw facts that are cheaper to gather than a Call and that determine it (so a hit is exactly what
+    # building the Call would have selected)
+    _by_key: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -87,6 +91,15 @@ class AccelPolicy:
                     found = self._selections[key] = self._select(site, call, q, k, v, args)
         return found
 
+    def resolve(self, key: tuple, site, q, k, v, args: Args, grad: bool) -> "Entry":
+        """For a call whose `call_key` missed: the Call built and the selection made (or found) for it as
+        `select` does, remembered under the key."""
+        call = Call.of(q, k, v, args, grad)
+        entry = Entry(call, self.select(site, call, q, k, v, args))
+        with self._lock:
+            self._by_key[key] = entry
+        return entry
+
     def _select(self, site, call: Call, q, k, v, args: Args) -> Selection:
         if not site.swappable:
             return Selection([], [])
@@ -111,6 +124,9 @@ class AccelPolicy:
                     skipped = selection.skipped + ([(backend.name, reason)] if position == 0 else [])
                     self._selections[key] = Selection([b for b in selection.candidates if b is not backend],
                                                       skipped)
+            for entry in self._by_key.values():
+                entry.live = False  # runs that remembered one as their last call's see it is gone
+            self._by_key.clear()  # rare: the keys resolve afresh to the selections just rewritten
 
 
 # Backends that raised, per kind of call: broken[(backend, call)] = reason. Process-wide, because a
@@ -151,6 +167,51 @@ def log_once(site: str, backend: str, reason: str) -> None:
         log.warning("attention site %s: %s not used (%s)", site, backend, reason)
 
 
+class Entry:
+    """What a `call_key` resolves to: the Call, its Selection, and the run method and name of the backend
+    that takes it straight away (None, None when the call must walk its chain: a skip to report, or only
+    the reference). `live` turns false when a backend broke and selections were rewritten."""
+
+    __slots__ = ("call", "selection", "run", "ran", "live")
+
+    def __init__(self, call: Call, selection: Selection):
+        self.call, self.selection, self.live = call, selection, True
+        direct = selection.candidates[0] if selection.candidates and not selection.skipped else None
+        self.run, self.ran = (direct.run, direct.name) if direct is not None else (None, None)
+
+
+def call_key(site, q, k, v, args: Args, grad: bool) -> tuple:
+    """The facts a Call is built from, as they come (shapes, dtype and device objects, flags): equal keys
+    give equal Calls, and gathering them costs a fraction of building the Call. A decode loop whose keys
+    grow keeps one key: the key holds whether there are as many queries as keys, not the key count.
+    (AccelRun.attend builds the same tuple inline: this runs once per attention call.)"""
+    mask, causal, scale, _, dropout_p, info = args
+    q_shape, k_shape = q.shape, k.shape
+    return (site, q_shape, k_shape[1] if len(k_shape) == 4 else 0, k_shape[-2] == q_shape[-2], v.shape[-1],
+            q.dtype, q.device, None if mask is None else mask.dtype, None if info is None else info.structure(),
+            scale is None, causal, dropout_p, grad)
+
+
+def _first_grad_enabled() -> bool:
+    # This module imports without torch; the first attention call binds torch.is_grad_enabled itself.
+    global _grad_enabled
+    import torch
+
+    _grad_enabled = torch.is_grad_enabled
+    return _grad_enabled()
+
+
+_grad_enabled = _first_grad_enabled
+
+
+def grad_needed(q, k, v) -> bool:
+    """Whether autograd will need this call's backward (grad mode on and an input that requires grad)."""
+    return _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+
+
+_args = tuple.__new__  # Args(...) without the NamedTuple's Python-level __new__: this runs once per call
+
+
 @dataclass
 class AccelRun:
     """One request's binding: the policy and what ran under it."""
@@ -159,23 +220,63 @@ class AccelRun:
     used: Counter = field(default_factory=Counter)
     fallbacks: defaultdict = field(default_factory=lambda: defaultdict(Counter))
 
-    def attend(self, site, q, k, v, args: Args):
-        import torch
+    def __post_init__(self):
+        self._by_key = self.policy._by_key  # the policy's lookup (shared by its runs), one attribute nearer
+        # site -> its last call: (q, k, v shapes, device, dtype, mask, mask_info, flags, Args, Entry).
+        # dispatch.attention reuses the entry of a call just like the site's last one (a decoder step's
+        # layers), without building a key; this run writes it, in `attend`.
+        self.last: dict = {}
 
-        call = Call.of(q, k, v, args, torch.is_grad_enabled())
-        selection = self.policy.select(site, call, q, k, v, args)
-        failed = []
+    def attend(self, site, q, k, v, mask=None, causal=False, scale=None, enable_gqa=False, dropout_p=0.0,
+               info=None):
+        """One attention call unlike its site's last: `call_key` (built inline), the lookup, the backend."""
+        args = _args(Args, (mask, causal, scale, enable_gqa, dropout_p, info))
+        q_shape, k_shape, v_shape, device, dtype = q.shape, k.shape, v.shape, q.device, q.dtype
+        grad = grad_needed(q, k, v)
+        key = (site, q_shape, k_shape[1] if len(k_shape) == 4 else 0, k_shape[-2] == q_shape[-2], v_shape[-1],
+               dtype, device, None if mask is None else mask.dtype, None if info is None else info.structure(),
+               scale is None, causal, dropout_p, grad)
+        entry = self._by_key.get(key)
+        if entry is None:
+            entry = self.policy.resolve(key, site, q, k, v, args, grad)
+        self.last[site] = (q_shape, k_shape, v_shape, device, dtype, mask, info,
+                           (causal, scale, enable_gqa, dropout_p, grad), args, entry)
+        if entry.run is None:  # something is skipped, or nothing but the reference can run: the whole walk
+            return self._attend_chain(site, q, k, v, args, entry.call, entry.selection, [])
+        try:
+            out = entry.run(q, k, v, args)
+        except Exception as exc:
+            return self.failed(site, q, k, v, args, entry, exc)
+        self.used[entry.ran] += 1
+        return out
+
+    def failed(self, site, q, k, v, args: Args, entry: "Entry", exc: Exception):
+        """The selected backend raised: out-of-memory and cancellation propagate (the caller retries exactly,
+        or the request stops); anything else marks it broken for this kind of call and the chain goes on."""
+        if is_out_of_memory(exc) or is_cancellation(exc):
+            raise exc
+        selection = entry.selection
+        failed = [self._mark_broken(site, entry.call, selection.candidates[0], exc)]
+        rest = Selection(selection.candidates[1:], selection.skipped)
+        return self._attend_chain(site, q, k, v, args, entry.call, rest, failed)
+
+    def _mark_broken(self, site, call: Call, backend: Backend, exc: Exception) -> tuple[str, str]:
+        reason = f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+        _broken[(backend.name, call)] = reason
+        self.policy.forget(call, backend, reason)
+        log_once(site.name, backend.name, reason)
+        return backend.name, reason
+
+    def _attend_chain(self, site, q, k, v, args: Args, call: Call, selection: Selection, failed: list):
+        """The whole walk: each candidate in turn (one that raises is marked broken), then the reference;
+        every skip and failure in front of what ran is counted as a fallback."""
         for backend in selection.candidates:
             try:
                 out = backend.run(q, k, v, args)
             except Exception as exc:
                 if is_out_of_memory(exc) or is_cancellation(exc):
-                    raise  # the caller retries exactly, or the request stops
-                reason = f"raised {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
-                _broken[(backend.name, call)] = reason
-                self.policy.forget(call, backend, reason)
-                log_once(site.name, backend.name, reason)
-                failed.append((backend.name, reason))
+                    raise
+                failed.append(self._mark_broken(site, call, backend, exc))
                 continue
             self._record(backend.name, selection.skipped + failed, site)
             return out

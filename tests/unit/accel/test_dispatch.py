@@ -322,3 +322,118 @@ def test_fallback_report_through_a_real_request():
     assert speech.report["warnings"] == [f"attention fell back sdpa_flash→cpu_flash (runs on cuda only: {calls})"]
     auto = speak(load_model("dummy", device="cpu"), "hi", seed=1).report
     assert auto["attention"] == {"policy": "auto"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The per-call lookup (policies.call_key): a hit is what building the Call would have selected
+
+
+def test_a_decode_loop_keeps_one_key_and_selects_once(fake, monkeypatch):
+    """One query against keys that grow every step: one key, one selection, every call counted."""
+    (one,) = fake(Fake("one"))
+    policy = policies.AccelPolicy("one")
+    selections = []
+    original = policy._select
+    monkeypatch.setattr(policy, "_select", lambda *a: selections.append(a[0]) or original(*a))
+    run, ctx = bound(policy)
+    with ctx.step():
+        for length in range(3, 40):
+            accel.attention(*qkv(lq=1, lk=length), site=SITE)
+    assert len(selections) == 1 and len(policy._by_key) == 1 and one.calls == 37
+    assert run.report() == {"policy": "one", "used": {"one": 37}, "fallbacks": {}}
+
+
+def test_a_new_kind_of_call_selects_afresh(fake, monkeypatch):
+    fake(Fake("one"))
+    policy = policies.AccelPolicy("one")
+    selections = []
+    original = policy._select
+    monkeypatch.setattr(policy, "_select", lambda *a: selections.append(a[1]) or original(*a))
+    _, ctx = bound(policy)
+    with ctx.step():
+        accel.attention(*qkv(lq=1, lk=5), site=SITE)
+        accel.attention(*qkv(lq=1, lk=6), site=SITE)  # the same kind: no selection
+        accel.attention(*qkv(lq=5, lk=5), site=SITE)  # as many queries as keys
+        accel.attention(*qkv(lq=1, lk=5, hk=2), site=SITE)  # GQA
+        accel.attention(*qkv(lq=1, lk=5, dtype=torch.float64), site=SITE)
+        accel.attention(*qkv(lq=1, lk=5), site=SITE, mask=torch.ones(1, 5, dtype=torch.bool))
+        accel.attention(*qkv(lq=1, lk=5), site=SITE, mask=torch.zeros(1, 5))  # additive
+        accel.attention(*qkv(lq=1, lk=5), site=SITE, scale=0.5)
+    assert len(selections) == 7 and len(set(selections)) == 7
+
+
+def test_equal_keys_mean_equal_calls():
+    """call_key never lumps two different Calls together (the lookup would hand one the other's
+    selection): over a grid of shapes, dtypes, masks and flags, each key maps to one Call."""
+    seen = {}
+    info = accel.MaskInfo.from_lengths(torch.tensor([3, 2]), 3, "right")
+    for lq, lk, hk, d, dv, dtype in [(1, 3, 4, 8, 8, torch.float32), (1, 9, 4, 8, 8, torch.float32),
+                                     (3, 3, 4, 8, 8, torch.float32), (3, 3, 2, 8, 8, torch.float32),
+                                     (1, 3, 4, 16, 8, torch.float32), (1, 3, 4, 8, 16, torch.float32),
+                                     (1, 3, 4, 8, 8, torch.float64), (1200, 1200, 4, 8, 8, torch.float32)]:
+        q, k, v = qkv(b=2, h=4, lq=lq, lk=lk, hk=hk, d=d, dtype=dtype)
+        v = torch.zeros(*v.shape[:-1], dv, dtype=dtype)
+        for mask in (None, torch.ones(2, 1, 1, lk, dtype=torch.bool), torch.zeros(2, 1, 1, lk, dtype=dtype)):
+            for args in (Args(mask, False, None, hk != 4, 0.0, None), Args(mask, True, 0.3, hk != 4, 0.0, None),
+                         Args(mask, False, None, hk != 4, 0.1, info if lk == 3 else None)):
+                for grad in (False, True):
+                    key = policies.call_key(SITE, q, k, v, args, grad)
+                    call = Call.of(q.requires_grad_(grad), k, v, args, True)
+                    q = q.detach()
+                    assert seen.setdefault(key, call) == call
+
+
+def test_a_backend_that_breaks_after_many_calls_falls_back_and_reports_exactly(fake, caplog):
+    flaky, second = fake(Fake("flaky"), Fake("second"))
+    policy = policies.AccelPolicy("flaky")
+    policy.chain = lambda: ("flaky", "second")  # type: ignore[method-assign]
+    run, ctx = bound(policy)
+    q, k, v = qkv()
+    with ctx.step():
+        for _ in range(5):
+            accel.attention(q, k, v, site=SITE)
+        flaky.error = RuntimeError("illegal memory access")
+        with caplog.at_level(logging.WARNING, logger="mizuoto.accel"):
+            out = accel.attention(q, k, v, site=SITE)
+            for _ in range(3):
+                accel.attention(q, k, v, site=SITE)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v))
+    assert flaky.calls == 6 and second.calls == 4  # tried once more, then never for this kind of call
+    reason = "raised RuntimeError: illegal memory access"
+    assert run.report() == {"policy": "flaky", "used": {"flaky": 5, "second": 4},
+                            "fallbacks": {"flaky→second": {reason: 4}}}
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == [f"attention site tests.dispatch.site: flaky not used ({reason})"]
+
+
+def test_every_call_of_a_cached_fallback_is_counted(fake):
+    fake(Fake("picky", reason="head dim 16"), Fake("second"))
+    policy = policies.AccelPolicy("picky")
+    policy.chain = lambda: ("picky", "second")  # type: ignore[method-assign]
+    run, ctx = bound(policy)
+    with ctx.step():
+        for length in range(4, 14):
+            accel.attention(*qkv(lq=1, lk=length), site=SITE)
+    assert run.report() == {"policy": "picky", "used": {"second": 10},
+                            "fallbacks": {"picky→second": {"head dim 16": 10}}}
+
+
+def test_a_backend_broken_in_one_request_is_not_retried_by_another(fake):
+    """Two requests on one policy: when one finds the backend broken, the other's remembered last call is
+    dropped too, so it falls back at once, as the rewritten selection says, without trying it again."""
+    flaky, second = fake(Fake("flaky"), Fake("second"))
+    policy = policies.AccelPolicy("flaky")
+    policy.chain = lambda: ("flaky", "second")  # type: ignore[method-assign]
+    (_, ctx_a), (run_b, ctx_b) = bound(policy), bound(policy)
+    q, k, v = qkv()
+    for ctx in (ctx_a, ctx_b):
+        with ctx.step():
+            accel.attention(q, k, v, site=SITE)
+    flaky.error = RuntimeError("bad kernel")
+    with ctx_a.step():
+        accel.attention(q, k, v, site=SITE)
+    with ctx_b.step():
+        accel.attention(q, k, v, site=SITE)
+    assert flaky.calls == 3 and second.calls == 2
+    assert run_b.report() == {"policy": "flaky", "used": {"flaky": 1, "second": 1},
+                              "fallbacks": {"flaky→second": {"raised RuntimeError: bad kernel": 1}}}
