@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.host.handles import ModelHandle
 from mizuoto.nn.qwen import AttentionStep
 from mizuoto.runtime import decode, sampling
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.graphs import DecoderSteps
+from mizuoto.runtime.handles import ModelHandle
 
 from . import checkpoint
 from .config import PAD, DummyConfig, small

@@ -21,9 +21,9 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.host.handles import ModelHandle
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
 
 from . import audio, checkpoint, flow, silence, text
 from .dit import DiT

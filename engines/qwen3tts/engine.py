@@ -37,9 +37,9 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.host.handles import ModelHandle
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
 
 from . import generate, prompt
 from .checkpoint import load_talker

@@ -32,9 +32,9 @@ from mizuoto.audio.librosa_soxr import resample as librosa_resample
 from mizuoto.audio.torchaudio_sinc import resample as torchaudio_resample
 from mizuoto.core.errors import InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.host.handles import ModelHandle
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
 
 from . import prompt
 from .audio_vae import AudioVAE, load_audio_vae, read_audio_vae_weights

@@ -10,8 +10,8 @@ import torch
 
 from mizuoto.core.errors import InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.host.handles import ModelHandle
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
 
 from . import checkpoint
 from .audio import SAMPLE_RATE

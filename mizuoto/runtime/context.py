@@ -1,6 +1,8 @@
-"""RequestContext and the context variables the runtime reads.
+"""RequestContext, the one object a request runs on a model with, and the context variables the runtime reads.
 
-A request carries three things through every step of its generation: the attention policy of the
+An engine's speak or transcribe takes the request's RequestContext and wraps each step in `ctx.step()`;
+the model side is the loaded state's runtime.handles.ModelHandle. A request carries three things through
+every step of its generation: the attention policy of the
 model it runs on (bound with `step()` around each step, so a stream suspended between steps never
 leaks its policy into another thread or task), one random generator per device seeded from the
 request's seed, and a cancel flag checked between steps.

@@ -559,5 +559,34 @@ def check_audio_io_in_audio(root: Path) -> list[str]:
     return _report(findings)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Rule 7: an engine stands on the runtime, the shared blocks, audio, core and the declaration types only
+# (issue 23, DESIGN 2): never on the host layer above it, the registry, the node layer or another engine.
+
+ENGINES_DIR = "engines"
+ENGINE_MAY_IMPORT = ("mizuoto.runtime", "mizuoto.nn", "mizuoto.audio", "mizuoto.core", "mizuoto.engines.spec")
+
+
+def check_engines_stand_on_the_runtime(root: Path) -> list[str]:
+    all_sources = sources(root)
+    findings = _parse_errors(all_sources)
+    for source in all_sources:
+        if source.tree is None or not source.under(ENGINES_DIR):
+            continue
+        own = ".".join(source.module.split(".")[:3])  # mizuoto.engines.<id>
+        for ref in imports(source):
+            if ref.full is None:
+                findings.append(f"{source.rel}:{ref.line}: {ref.text} climbs out of the mizuoto package")
+                continue
+            if not _under(ref.module, "mizuoto"):
+                continue  # the standard library, torch, numpy, ...
+            if any(_under(ref.module, p) or _under(ref.full, p) for p in (*ENGINE_MAY_IMPORT, own)):
+                continue
+            findings.append(f"{source.rel}:{ref.line}: {ref.text}: engines import only "
+                            f"{', '.join(ENGINE_MAY_IMPORT)} and their own package")
+    return _report(findings)
+
+
 ALL_CHECKS = (check_sdpa_outside_accel, check_process_wide_switches, check_global_seeding,
-              check_core_stdlib_only, check_library_independent_of_host, check_audio_io_in_audio)
+              check_core_stdlib_only, check_library_independent_of_host, check_audio_io_in_audio,
+              check_engines_stand_on_the_runtime)

@@ -513,3 +513,36 @@ def test_audio_libraries_in_audio_and_our_resamplers_anywhere_are_allowed(tmp_pa
     plant(tmp_path, "engines/x/engine.py", "from mizuoto.audio.torchaudio_sinc import resample\n"
                                            "from mizuoto.audio import files, librosa_soxr\nimport waveform_tools\n")
     assert rules.check_audio_io_in_audio(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rule 7: engines stand on the runtime, nn, audio, core and the declaration types only
+
+@pytest.mark.parametrize("code, lines", [
+    ("from mizuoto.host.handles import ModelHandle\n", [1]),
+    ("from mizuoto.host import local\n", [1]),
+    ("from mizuoto import engines\n", [1]),
+    ("import mizuoto.doctor\n", [1]),
+    ("from mizuoto.engines.whisper import model\n", [1]),
+    ("from mizuoto.engines import registry\n", [1]),
+    ("def late():\n    from mizuoto.cli import main\n    return main\n", [2]),
+])
+def test_engine_imports_above_the_runtime_are_flagged(tmp_path, code, lines):
+    plant(tmp_path, "engines/x/engine.py", code)
+    assert located(rules.check_engines_stand_on_the_runtime(tmp_path)) == [("engines/x/engine.py", n) for n in lines]
+
+
+def test_engine_imports_of_the_layers_below_and_its_own_package_are_allowed(tmp_path):
+    plant(tmp_path, "engines/x/engine.py", """
+        import torch
+        from mizuoto.runtime.handles import ModelHandle
+        from mizuoto.runtime import accel
+        from mizuoto.nn.qwen import QwenDecoder
+        from mizuoto.audio import librosa_soxr
+        from mizuoto.core.errors import InputError
+        from mizuoto.engines.spec import EngineSpec
+        from mizuoto.engines.x import model
+        from . import config
+        from .checkpoint import load
+    """)
+    assert rules.check_engines_stand_on_the_runtime(tmp_path) == []

@@ -1,11 +1,10 @@
-"""ModelHandle (where the weights are, graphs kept per weight signature) and LocalHandle."""
+"""ModelHandle (where the weights are, graphs kept per weight signature)."""
 
 import torch
 from torch import nn
 
-from mizuoto.host.handles import LocalHandle, ModelHandle
 from mizuoto.runtime import graphs
-from mizuoto.runtime.context import ACCEL, RequestContext
+from mizuoto.runtime.handles import ModelHandle
 
 
 def test_loaded_means_every_tensor_on_the_run_device():
@@ -32,12 +31,3 @@ def test_graphs_only_where_usable_and_renewed_when_weights_move(monkeypatch):
     with torch.no_grad():
         module.weight = nn.Parameter(module.weight.clone())  # new address: graphs would read stale memory
     assert handle.graphs_for(True) is not first
-
-
-def test_local_handle_binds_the_request_per_step():
-    ctx = RequestContext(5, accel="bound")
-    handle = LocalHandle(ModelHandle(nn.Linear(1, 1), "cpu"), ctx)
-    with handle.step():
-        assert ACCEL.get() == "bound"
-    assert ACCEL.get() is None
-    assert handle.generator() is ctx.generator_for("cpu")

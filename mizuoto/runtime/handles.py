@@ -1,14 +1,15 @@
-"""Handles: a loaded model's weights (ModelHandle) and one request running on it (LocalHandle)."""
+"""ModelHandle: a loaded model's weights on their device, and the CUDA graphs that hang off them.
+
+It lives in the runtime, below the engines, beside the graphs it owns: an engine's loaded state holds
+one, the host hands its modules to ComfyUI's model management. A request running on a model is a
+RequestContext (runtime/context.py): its seed and generators, its policy bound around each step, its
+cancel flag; there is no other request object.
+"""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator
-
 import torch
 from torch import nn
-
-from mizuoto.runtime.context import RequestContext
 
 
 class ModelHandle:
@@ -48,20 +49,3 @@ class ModelHandle:
 
 def _same_device(a: torch.device, b: torch.device) -> bool:
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-class LocalHandle:
-    """One request on one model in this process: binds the model's policy around every step and owns
-    the request's generators (RequestContext)."""
-
-    def __init__(self, model: ModelHandle, ctx: RequestContext):
-        self.model = model
-        self.ctx = ctx
-
-    @contextmanager
-    def step(self) -> Iterator[None]:
-        with self.ctx.step():
-            yield
-
-    def generator(self, device=None) -> torch.Generator:
-        return self.ctx.generator_for(device if device is not None else self.model.device)
