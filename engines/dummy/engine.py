@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from mizuoto.core.options import RuntimeOptions
+from mizuoto.nn import qwen_lean
 from mizuoto.nn.qwen import AttentionStep
 from mizuoto.runtime import decode, sampling
 from mizuoto.runtime.compile import compile_module
@@ -32,6 +33,7 @@ class DummyLoaded:
     options: RuntimeOptions
     encoder: object = None  # the compiled encoder, when compute.compile is on
     steps: DecoderSteps | None = None  # the decoder's step, with its CUDA graphs when used
+    lean: bool = True  # on the CPU without graphs, step with mizuoto.nn.qwen_lean (the same bits, faster)
 
     @property
     def config(self) -> DummyConfig:
@@ -139,17 +141,24 @@ def decode_codes(loaded: DummyLoaded, states: torch.Tensor, ctx: RequestContext,
     sampler = sampler_for(config, params, n_bytes, device)
     seen = torch.zeros(1, config.codes + 1, dtype=torch.bool, device=device) if sampler.needs_history else None
     steps = decode_steps(loaded)
+    dtype = model.code_head.weight.dtype
 
     def step(ids: torch.Tensor, index: int) -> torch.Tensor:
         at = length + index
         with ctx.step():  # binds the model's attention policy for this step only
             mask = decoder.mask_for(None, 1, at + 1, padded=False)
-            logits = steps(ids, decoder.rope(positions[:, at: at + 1], model.code_head.weight.dtype),
-                           AttentionStep(cache, mask))
+            cos, sin = decoder.rope(positions[:, at: at + 1], dtype)
+            if lean is not None:
+                hidden = lean(decoder.embed(ids), cos, qwen_lean.signed_sin(sin), cache, mask)
+                logits = model.code_head(hidden[:, -1]).float()
+            else:
+                logits = steps(ids, (cos, sin), AttentionStep(cache, mask))
         cache.advance(1)
         return logits
 
     with torch.inference_mode():
+        lean = qwen_lean.LeanDecoder(decoder, dtype) \
+            if loaded.lean and steps.graphs is None and qwen_lean.usable(model) else None
         with ctx.step():
             start = torch.full((1, 1), config.start_code, device=device)
             prompt = torch.cat([model.bridge(states[None]), decoder.embed(start)], dim=1)

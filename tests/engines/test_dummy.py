@@ -304,3 +304,24 @@ def test_reference_voice_sets_the_pitch(loaded):
 def test_bad_reference_audio(loaded, reference, message):
     with pytest.raises(InputError, match=message.replace("(", "\\(")):
         speak(loaded, TEXT, seed=1, reference=reference)
+
+
+def test_cpu_steps_run_the_lean_decoder_and_give_the_modules_bits(monkeypatch):
+    """On the CPU the dummy decodes with mizuoto.nn.qwen_lean (the shared decoder's kernels without module
+    plumbing): the same waveform as DecoderSteps' module path, bit for bit, under auto and a bound policy."""
+    from mizuoto.nn import qwen_lean
+
+    calls = []
+    original = qwen_lean.LeanDecoder.__call__
+    monkeypatch.setattr(qwen_lean.LeanDecoder, "__call__", lambda self, *a: calls.append(1) or original(self, *a))
+    for policy in ("auto", "cpu_flash"):
+        loaded = load_model("dummy", device="cpu", policy=policy)
+        loaded.state.lean = True  # (loads of the same weights share one state)
+        lean = speak(loaded, TEXT, seed=4).waveform
+        steps = len(calls)
+        loaded.state.lean = False
+        modules = speak(loaded, TEXT, seed=4).waveform
+        assert steps > 10 and len(calls) == steps  # the lean decoder ran every step, then not at all
+        assert torch.equal(lean, modules)
+        loaded.state.lean = True
+        calls.clear()
