@@ -62,8 +62,6 @@ def test_policy_for_shares_objects_and_rejects_unknown_names():
 
 def test_a_bound_policy_receives_the_call():
     class Recording:
-        last: dict = {}  # no call remembered: every call comes to attend
-
         def attend(self, site, *args):
             self.site = site
             return "bound"

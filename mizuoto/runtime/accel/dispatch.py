@@ -7,7 +7,6 @@ import os
 from mizuoto.runtime.context import ACCEL
 
 from . import mask as mask_checks
-from .policies import grad_needed
 from .site import Site
 
 # Training binds one AccelRun for the whole process: autograd runs backward and checkpoint
@@ -42,19 +41,36 @@ def attention(q, k, v, *, site: Site, mask=None, causal: bool = False, scale: fl
     # backend without building a key: the check is AccelRun.attend's `last` record, kept here because this
     # runs once per attention call and a call frame is a tenth of its cost. Anything else, and any
     # failure, goes the whole way (AccelRun.attend: key, selection, fallbacks).
-    last = bound.last.get(site)
+    try:
+        last = bound.last.get(site)
+    except AttributeError:  # a bound object of its own (tests, a host's) that only has attend()
+        last = None
     if last is not None and last[0] == q.shape and last[1] == k.shape and last[2] == v.shape \
             and last[3] == q.device and last[4] is q.dtype and last[5] is mask and last[6] is mask_info \
-            and last[7] == (causal, scale, enable_gqa, dropout_p, grad_needed(q, k, v)):
-        entry = last[9]
-        if entry.live and entry.run is not None:
+            and last[7] is causal and last[8] == scale and last[9] is enable_gqa and last[10] == dropout_p \
+            and not (_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        entry = last[12]
+        run = entry.run  # None once a backend broke (the entry is dropped), or when the chain must be walked
+        if run is not None:
             try:
-                out = entry.run(q, k, v, last[8])
+                out = run(q, k, v, last[11])
             except Exception as exc:
-                return bound.failed(site, q, k, v, last[8], entry, exc)
+                return bound.failed(site, q, k, v, last[11], entry, exc)
             bound.used[entry.ran] += 1
             return out
     return bound.attend(site, q, k, v, mask, causal, scale, enable_gqa, dropout_p, mask_info)
+
+
+def _first_grad_enabled() -> bool:
+    # This module imports without torch; the first bound call binds torch.is_grad_enabled itself.
+    global _grad_enabled
+    import torch
+
+    _grad_enabled = torch.is_grad_enabled
+    return _grad_enabled()
+
+
+_grad_enabled = _first_grad_enabled
 
 
 def _capturing() -> bool:

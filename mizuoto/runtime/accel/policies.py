@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from mizuoto.core.errors import InputError
 from mizuoto.core.settings import POLICY_NAMES
 
-from . import host
+from . import dispatch, host
 from .backends import REGISTRY, Backend
 from .call import Args, Call
 from .probes import probe
@@ -125,7 +125,7 @@ class AccelPolicy:
                     self._selections[key] = Selection([b for b in selection.candidates if b is not backend],
                                                       skipped)
             for entry in self._by_key.values():
-                entry.live = False  # runs that remembered one as their last call's see it is gone
+                entry.run = None  # runs that remembered one as their last call's go the whole way again
             self._by_key.clear()  # rare: the keys resolve afresh to the selections just rewritten
 
 
@@ -170,12 +170,12 @@ def log_once(site: str, backend: str, reason: str) -> None:
 class Entry:
     """What a `call_key` resolves to: the Call, its Selection, and the run method and name of the backend
     that takes it straight away (None, None when the call must walk its chain: a skip to report, or only
-    the reference). `live` turns false when a backend broke and selections were rewritten."""
+    the reference; `run` also turns None when a backend broke and the entries were dropped)."""
 
-    __slots__ = ("call", "selection", "run", "ran", "live")
+    __slots__ = ("call", "selection", "run", "ran")
 
     def __init__(self, call: Call, selection: Selection):
-        self.call, self.selection, self.live = call, selection, True
+        self.call, self.selection = call, selection
         direct = selection.candidates[0] if selection.candidates and not selection.skipped else None
         self.run, self.ran = (direct.run, direct.name) if direct is not None else (None, None)
 
@@ -192,21 +192,9 @@ def call_key(site, q, k, v, args: Args, grad: bool) -> tuple:
             scale is None, causal, dropout_p, grad)
 
 
-def _first_grad_enabled() -> bool:
-    # This module imports without torch; the first attention call binds torch.is_grad_enabled itself.
-    global _grad_enabled
-    import torch
-
-    _grad_enabled = torch.is_grad_enabled
-    return _grad_enabled()
-
-
-_grad_enabled = _first_grad_enabled
-
-
 def grad_needed(q, k, v) -> bool:
     """Whether autograd will need this call's backward (grad mode on and an input that requires grad)."""
-    return _grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    return dispatch._grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
 
 
 _args = tuple.__new__  # Args(...) without the NamedTuple's Python-level __new__: this runs once per call
@@ -222,7 +210,8 @@ class AccelRun:
 
     def __post_init__(self):
         self._by_key = self.policy._by_key  # the policy's lookup (shared by its runs), one attribute nearer
-        # site -> its last call: (q, k, v shapes, device, dtype, mask, mask_info, flags, Args, Entry).
+        # site -> its last call without autograd: (q, k, v shapes, device, dtype, mask, mask_info, causal,
+        # scale, enable_gqa, dropout_p, Args, Entry).
         # dispatch.attention reuses the entry of a call just like the site's last one (a decoder step's
         # layers), without building a key; this run writes it, in `attend`.
         self.last: dict = {}
@@ -239,8 +228,9 @@ class AccelRun:
         entry = self._by_key.get(key)
         if entry is None:
             entry = self.policy.resolve(key, site, q, k, v, args, grad)
-        self.last[site] = (q_shape, k_shape, v_shape, device, dtype, mask, info,
-                           (causal, scale, enable_gqa, dropout_p, grad), args, entry)
+        if not grad:  # calls that need a backward are rare and always come this way
+            self.last[site] = (q_shape, k_shape, v_shape, device, dtype, mask, info, causal, scale, enable_gqa,
+                               dropout_p, args, entry)
         if entry.run is None:  # something is skipped, or nothing but the reference can run: the whole walk
             return self._attend_chain(site, q, k, v, args, entry.call, entry.selection, [])
         try:
