@@ -440,14 +440,14 @@ def test_cancel_from_progress_then_the_same_audio(v1):
 
 def test_math_policy_runs_the_dit_site(v1, monkeypatch):
     from mizuoto.engines.f5tts import dit
-    from mizuoto.runtime.accel import policies
+    from mizuoto.runtime import accel
 
     steps, depth = 8, v1.state.model.config.depth
     calls, sites = [], []
-    reference, attend = dit.ATTENTION.reference, policies.AccelRun.attend
+    reference, attention = dit.ATTENTION.reference, accel.attention
     monkeypatch.setattr(dit.ATTENTION, "reference", lambda *args: calls.append(args[0].shape) or reference(*args))
-    monkeypatch.setattr(policies.AccelRun, "attend", lambda run, site, *args: sites.append(site.name)
-                        or attend(run, site, *args))
+    monkeypatch.setattr(accel, "attention", lambda *args, site, **kw: sites.append(site.name)
+                        or attention(*args, site=site, **kw))
     auto = say(v1)
     # Under auto the site's reference runs once per layer and step, on the packed guided batch.
     assert len(calls) == depth * steps and calls[0][0] == 2 and auto.report["attention"] == {"policy": "auto"}
@@ -457,7 +457,8 @@ def test_math_policy_runs_the_dit_site(v1, monkeypatch):
     speech = say(math_model)
     assert_speech(speech)
     assert speech.report["attention"] == {"policy": "math", "used": {"math": depth * steps}, "fallbacks": {}}
-    assert sites == ["f5tts.dit"] * (depth * steps) and len(calls) == depth * steps  # math ran, not the reference
+    # every call came through the dispatcher at the DiT's site, and math ran them, not the reference
+    assert sites == ["f5tts.dit"] * (2 * depth * steps) and len(calls) == depth * steps
     torch.testing.assert_close(speech.waveform, auto.waveform, rtol=0, atol=1e-5)
 
 
