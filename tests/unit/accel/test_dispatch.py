@@ -328,13 +328,20 @@ def test_fallback_report_through_a_real_request():
 # The per-call lookup (policies.call_key): a hit is what building the Call would have selected
 
 
+def recorded_selections(policy, monkeypatch) -> list:
+    """(site, Call) of every selection `policy` makes from now on."""
+    made = []
+    select = policy._select
+    monkeypatch.setattr(policy, "_select", lambda site, call, *rest: made.append((site, call))
+                        or select(site, call, *rest))
+    return made
+
+
 def test_a_decode_loop_keeps_one_key_and_selects_once(fake, monkeypatch):
     """One query against keys that grow every step: one key, one selection, every call counted."""
     (one,) = fake(Fake("one"))
     policy = policies.AccelPolicy("one")
-    selections = []
-    original = policy._select
-    monkeypatch.setattr(policy, "_select", lambda *a: selections.append(a[0]) or original(*a))
+    selections = recorded_selections(policy, monkeypatch)
     run, ctx = bound(policy)
     with ctx.step():
         for length in range(3, 40):
@@ -346,9 +353,7 @@ def test_a_decode_loop_keeps_one_key_and_selects_once(fake, monkeypatch):
 def test_a_new_kind_of_call_selects_afresh(fake, monkeypatch):
     fake(Fake("one"))
     policy = policies.AccelPolicy("one")
-    selections = []
-    original = policy._select
-    monkeypatch.setattr(policy, "_select", lambda *a: selections.append(a[1]) or original(*a))
+    calls = recorded_selections(policy, monkeypatch)
     _, ctx = bound(policy)
     with ctx.step():
         accel.attention(*qkv(lq=1, lk=5), site=SITE)
@@ -359,7 +364,7 @@ def test_a_new_kind_of_call_selects_afresh(fake, monkeypatch):
         accel.attention(*qkv(lq=1, lk=5), site=SITE, mask=torch.ones(1, 5, dtype=torch.bool))
         accel.attention(*qkv(lq=1, lk=5), site=SITE, mask=torch.zeros(1, 5))  # additive
         accel.attention(*qkv(lq=1, lk=5), site=SITE, scale=0.5)
-    assert len(selections) == 7 and len(set(selections)) == 7
+    assert len(calls) == 7 and len({call for _, call in calls}) == 7
 
 
 def test_equal_keys_mean_equal_calls():
