@@ -7,6 +7,7 @@ The declaration is the single source for everything generated per engine: the se
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,8 @@ class Param:
             value = self.kind(value)
         except (TypeError, ValueError):
             raise InputError(f"{self.name} must be a {self.kind.__name__}, got {value!r}") from None
+        if self.kind is float and not math.isfinite(value):  # NaN passes every range check
+            raise InputError(f"{self.name} must be a finite number, got {value!r}")
         if self.choices is not None and value not in self.choices:
             raise InputError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):

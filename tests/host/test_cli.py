@@ -277,3 +277,12 @@ def test_reference_audio_in_other_containers(tmp_path, capfd, suffix):
     stdout, stderr = capfd.readouterr()  # capfd: a decoder writing to the real stderr would show here too
     assert code == 0 and stderr == "" and json.loads(stdout)["output"] == str(out)
     assert sf.info(out).format == "WAV"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_non_finite_numbers_are_one_line_errors(tmp_path, capsys, value):
+    """NaN slips through every range check (it compares false); it and infinity are refused by name."""
+    code, stdout, stderr = run_main(capsys, "say", "hi", "--engine", "dummy", f"--speed={value}",
+                                    "-o", str(tmp_path / "o.wav"))
+    assert code == 2 and stdout == "" and stderr.count("\n") == 1
+    assert "speed must be a finite number" in stderr and list(tmp_path.iterdir()) == []

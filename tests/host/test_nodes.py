@@ -286,3 +286,9 @@ def test_weights_are_reused_while_any_load_of_them_lives(pack, loader):
     gc.collect()
     (again,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="44100")
     assert again.state.model is first.state.model  # the first load kept them
+
+
+def test_a_non_finite_node_parameter_is_a_one_line_error(speaker, loader):
+    (model,) = loader.load("(built-in weights)", "cpu", "float32", sample_rate="24000")
+    with pytest.raises(InputError, match="speed must be a finite number, got nan"):
+        speaker.generate(model, "hi", 3, speed=float("nan"))

@@ -94,3 +94,29 @@ def test_ui_workflow_widgets_line_up(mappings, engine_id):
         # A seed widget with control_after_generate carries one more value (fixed/randomize/...).
         extra = sum(1 for n in names if declared[n][1:] and declared[n][1].get("control_after_generate"))
         assert len(node["widgets_values"]) == len(names) + extra, node["type"]
+
+
+@pytest.mark.parametrize("engine_id", engines.ids())
+def test_no_example_accepts_a_licence_for_the_user(mappings, engine_id):
+    """A workflow someone downloads must not accept non-commercial or custom weights licences on their behalf:
+    every loader's accept_license ships off, in the API graph and in the UI file's widget values."""
+    api = json.loads((WORKFLOWS / "api" / f"{engine_id}.json").read_text())
+    for node in api.values():
+        assert node["inputs"].get("accept_license", False) is False, node["class_type"]
+    ui = json.loads((WORKFLOWS / f"{engine_id}.json").read_text())
+    for node in ui["nodes"]:
+        if node["type"] in CORE_NODES:
+            continue
+        declared = widgets(mappings[node["type"]])
+        if "accept_license" not in declared:
+            continue
+        linked = {i["name"] for i in node["inputs"]}
+        values, names = iter(node["widgets_values"]), []
+        for name, spec in declared.items():
+            if name in linked or not isinstance(spec, tuple):
+                continue
+            if isinstance(spec[0], list) or spec[0] in ("INT", "FLOAT", "STRING", "BOOLEAN"):
+                names.append((name, next(values)))
+                if spec[1:] and spec[1].get("control_after_generate"):
+                    next(values)
+        assert dict(names)["accept_license"] is False, node["type"]
