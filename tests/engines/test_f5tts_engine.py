@@ -590,10 +590,14 @@ def test_example_workflow_runs_on_the_node_classes(pack, v1):
     graph = json.loads((Path(__file__).resolve().parents[2] / "workflows" / "api" / "f5tts.json").read_text())
     loader = next(n for n in graph.values() if n["class_type"] == "MizuotoF5TTSLoader")
     speaker = next(n for n in graph.values() if n["class_type"] == "MizuotoF5TTSSpeak")
-    assert loader["inputs"]["accept_license"] is True
+    assert loader["inputs"]["accept_license"] is False  # the user accepts CC-BY-NC-4.0, not the example
     assert {k: speaker["inputs"][k] for k in ("nfe_step", "cfg_strength", "sway_sampling_coef", "speed")} == {
         "nfe_step": 32, "cfg_strength": 2.0, "sway_sampling_coef": -1.0, "speed": 1.0}
     loader["inputs"].update(model=str(DATA / "v1"), device="cpu")
+    loader_class = pack.NODE_CLASS_MAPPINGS["MizuotoF5TTSLoader"]
+    with pytest.raises(InputError, match="turn on accept_license"):  # as shipped: refused, in one line
+        getattr(loader_class(), loader_class.FUNCTION)(**{**loader["inputs"], "policy": None})
+    loader["inputs"]["accept_license"] = True  # what the user does after reading the licence
     speaker["inputs"]["nfe_step"] = 8
     wave, rate = voice(1.0, rate=16000)
     outputs = {}
