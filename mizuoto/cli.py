@@ -34,10 +34,26 @@ def _add_engine_params(group, kind: str) -> None:
                                const=True, type=_boolean,
                                help=f"{param.help} (default {param.default}; {', '.join(owners)})")
             continue
+        # named choices (speakers) are matched without regard to case after parsing (engine_params), so the
+        # parser lists them in the help rather than refusing another case
+        numbers = param.kind is not str and param.choices and len(param.choices) < 12
+        listed = [str(c) for c in param.choices or () if c] if param.kind is str else []
         group.add_argument(param.cli_flag, dest=f"param_{name}", type=param.kind, default=None,
-                           metavar=param.kind.__name__.upper(), choices=param.choices if param.choices and
-                           len(param.choices) < 12 else None,
-                           help=f"{param.help} (default {param.default}; {', '.join(owners)})")
+                           metavar=param.kind.__name__.upper(), choices=param.choices if numbers else None,
+                           help=f"{param.help}{': ' + ', '.join(listed) if 0 < len(listed) < 12 else ''} "
+                                f"(default {param.default}; {', '.join(owners)})")
+
+
+def engine_params(args, spec) -> dict:
+    """The engine parameters given on the command line. A named choice (a speaker) is matched without regard
+    to case, as upstream matches it, and passed in the list's spelling; one on no list reaches the
+    engine's one-line error as it was typed."""
+    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    for param in spec.speak_params:
+        value = params.get(param.name)
+        if param.kind is str and param.choices and isinstance(value, str):
+            params[param.name] = {str(c).lower(): c for c in param.choices}.get(value.strip().lower(), value)
+    return params
 
 
 def _boolean(text: str) -> bool:
@@ -132,7 +148,7 @@ def cmd_say(args) -> int:
     # a bad reference file costs nothing either
     reference = files.read(args.ref_audio, "reference audio") if args.ref_audio else None
     startup.start(args.settings)
-    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params = engine_params(args, spec)
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
     transcriber = load_model("whisper", args.transcriber, device=args.device) if args.transcriber else None
@@ -154,7 +170,7 @@ def cmd_transcribe(args) -> int:
         raise InputError(f"engine {spec.id} does not transcribe; use --engine whisper")
     waveform, rate = files.read(args.audio)
     startup.start()
-    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params = engine_params(args, spec)
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy)
     result = transcribe(loaded, waveform, rate, params=params, seed=args.seed)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["text"].strip())

@@ -286,3 +286,22 @@ def test_non_finite_numbers_are_one_line_errors(tmp_path, capsys, value):
                                     "-o", str(tmp_path / "o.wav"))
     assert code == 2 and stdout == "" and stderr.count("\n") == 1
     assert "speed must be a finite number" in stderr and list(tmp_path.iterdir()) == []
+
+
+def test_named_choices_match_without_regard_to_case(tmp_path, capsys):
+    """Qwen3-TTS matches speaker names without regard to case (upstream does): `--speaker VIVIAN` speaks with
+    Vivian, through the argument parser and the engine; a name on no list is the engine's one-line error."""
+    from pathlib import Path
+
+    from mizuoto import engines
+
+    parsed = cli.build_parser().parse_args(["say", "hi", "--engine", "qwen3tts", "--speaker", "serena", "-o", "o.wav"])
+    assert cli.engine_params(parsed, engines.get("qwen3tts"))["speaker"] == "Serena"
+    model = Path(__file__).resolve().parents[1] / "parity" / "data" / "qwen3tts" / "custom_voice"
+    code, stdout, _ = run_main(capsys, "say", "Hello.", "--engine", "qwen3tts", "--model", str(model), "--speaker",
+                               "VIVIAN", "--seed", "1", "-o", str(tmp_path / "o.wav"))
+    assert code == 0 and json.loads(stdout)["speak"]["speaker"] == "Vivian"
+    code, _, stderr = run_main(capsys, "say", "Hello.", "--engine", "qwen3tts", "--model", str(model), "--speaker",
+                               "nobody", "-o", str(tmp_path / "p.wav"))
+    assert code == 2 and stderr.count("\n") == 1 and "speaker must be one of" in stderr
+    assert not (tmp_path / "p.wav").exists()
