@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="random seed, 0 to 2^64-1 (default: a fresh one, printed in the report)")
     say.add_argument("--policy", metavar="P", help="attention policy (default: the engines.<id>.attention "
                                                    "setting, auto unless changed)")
+    say.add_argument("--accept-license", action="store_true",
+                     help="accept the weights' licence where the engine asks for it (F5-TTS: CC-BY-NC-4.0, "
+                          "non-commercial); as the loader node's accept_license")
     say.add_argument("--strict", action="store_true",
                      help="refuse to load when the named attention backend cannot run here")
     say.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
@@ -144,6 +147,9 @@ def cmd_say(args) -> int:
         raise InputError(f"engine {spec.id} does not speak; use python -m mizuoto transcribe")
     if not args.text.strip():
         raise InputError("text is empty; give some words to speak")
+    if spec.license_acceptance and not args.accept_license:
+        raise InputError(f"{spec.display_name} weights are licensed under {spec.weights_license}; read the licence "
+                         f"and add --accept-license to accept it")
     output = files.check_output(args.output, args.format)  # before any work, so a bad path costs nothing
     # a bad reference file costs nothing either
     reference = files.read(args.ref_audio, "reference audio") if args.ref_audio else None

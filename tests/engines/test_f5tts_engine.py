@@ -470,8 +470,8 @@ def test_cli_say(tmp_path, capsys, v1):
     ref_file = files.write(tmp_path / "ref.wav", reference[0], RATE, "float32")
     out = tmp_path / "out.wav"
     argv = ["say", "Hello from the command line.", "--engine", "f5tts", "--model", str(DATA / "v1"), "--device",
-            "cpu", "--ref-audio", str(ref_file), "--ref-text", REF_TEXT, "--seed", "3", "--nfe-step", "8", "-o",
-            str(out)]
+            "cpu", "--ref-audio", str(ref_file), "--ref-text", REF_TEXT, "--seed", "3", "--nfe-step", "8",
+            "--accept-license", "-o", str(out)]
     assert cli.main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["engine"] == "f5tts" and report["seed"] == 3 and report["output"] == str(out)
@@ -482,10 +482,24 @@ def test_cli_say(tmp_path, capsys, v1):
     torch.testing.assert_close(waveform, want, rtol=0, atol=1.5 / 32768)  # pcm16
     # No transcript: one line, exit status 2, no file.
     missing = tmp_path / "none.wav"
-    assert cli.main([*argv[:10], "--seed", "3", "-o", str(missing)]) == 2
+    assert cli.main([*argv[:10], "--seed", "3", "--accept-license", "-o", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("mizuoto: error: F5-TTS needs the reference audio's transcript") and err.count("\n") == 1
     assert not missing.exists()
+
+
+def test_cli_say_refuses_the_weights_until_their_licence_is_accepted(tmp_path, capsys, monkeypatch):
+    """As the loader node: F5-TTS's CC-BY-NC-4.0 weights load only with --accept-license, and without it the
+    refusal is one line, before anything loads."""
+    from mizuoto import host
+
+    monkeypatch.setattr(host, "load_model", lambda *a, **k: pytest.fail("loaded before the licence was accepted"))
+    out = tmp_path / "o.wav"
+    assert cli.main(["say", "Hello.", "--engine", "f5tts", "--model", str(DATA / "v1"), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("mizuoto: error: F5-TTS weights are licensed under CC-BY-NC-4.0; read the licence and add "
+                   "--accept-license to accept it\n")
+    assert not out.exists()
 
 
 def test_cli_engines_lists_f5tts_and_its_licence(capsys):
