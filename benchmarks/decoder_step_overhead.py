@@ -4,8 +4,8 @@
 
 A tiny QwenDecoder (mizuoto/nn/qwen.py; hidden 64, 4 query and 2 key heads of 16, random weights) decodes
 one token a step against a growing cache, on one CPU thread, each step twice in lockstep: with no policy
-bound (auto: every layer runs the site's reference, torch's SDPA, which picks the same CPU flash kernel
-for these calls) and under cpu_flash (the dispatcher finds the backend and counts). The figure is the
+bound (auto: every layer runs the site's reference, torch's SDPA, which gives cpu_flash's bits for these
+calls) and under cpu_flash (the dispatcher finds the backend and counts). The figure is the
 median of the per-step differences: what the runtime costs a decoder step.
 """
 

@@ -89,20 +89,27 @@ def _container(path: Path, sample_format: str | None) -> tuple[Container, str]:
     return container, container.subtypes[chosen]
 
 
-def check_output(path: str | os.PathLike, sample_format: str | None = None) -> Path:
-    """Fail early, before any work, when `path` cannot be written: a folder, a missing or read-only folder,
-    a read-only file, or a suffix (or sample format) no container here takes."""
+def _validated(path: str | os.PathLike, sample_format: str | None) -> tuple[Path, Container, str]:
+    """The output path, its container and subtype, when the path names a file in an existing folder that
+    is not a read-only file, with a suffix (and sample format) a container here takes."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise InputError(f"output path {path} is a folder; give a file name such as {path / 'out.wav'}")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"output folder {folder} does not exist; create it or choose another path")
-    _container(path, sample_format)
+    container, subtype = _container(path, sample_format)
     if path.exists() and not os.access(path, os.W_OK):
         raise InputError(f"cannot write {path}: permission denied; choose another output path")
+    return path, container, subtype
+
+
+def check_output(path: str | os.PathLike, sample_format: str | None = None) -> Path:
+    """Fail early, before any work, when `path` cannot be written: a folder, a missing or read-only folder,
+    a read-only file, or a suffix (or sample format) no container here takes."""
+    path, _, _ = _validated(path, sample_format)
     try:  # the one sure test (os.access says yes to root everywhere, even in /proc): create a file there
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise InputError(f"cannot write {path}: the folder takes no new file ({exc.strerror or exc}); choose another "
                          f"output path") from None
@@ -116,8 +123,7 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
     container `path`'s suffix names; the file appears complete or not at all."""
     import torch
 
-    path = check_output(path, sample_format)
-    container, subtype = _container(path, sample_format)
+    path, container, subtype = _validated(path, sample_format)  # a folder that takes no file fails below
     if waveform.dim() != 2 or waveform.shape[-1] == 0:
         raise InputError(f"cannot write {path}: the audio is empty or not (channels, samples)")
     _check_rate(path, container, int(sample_rate))
@@ -134,7 +140,7 @@ def write(path: str | os.PathLike, waveform, sample_rate: int, sample_format: st
 
     try:
         return atomic_write(path, write_to)
-    except OSError as exc:  # the disk filled, the folder went away: nothing is left behind
+    except OSError as exc:  # no file allowed there, the disk filled, the folder went away: nothing left behind
         raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
@@ -176,7 +182,7 @@ def read(path: str | os.PathLike, what: str = "audio file"):
             log = f.extra_info
     except (sf.LibsndfileError, RuntimeError) as exc:
         if "not recognised" in str(exc):
-            raise InputError(f"cannot read {what} {path}: {_unknown_format(path)}") from None
+            raise InputError(f"cannot read {what} {path}: {_unknown_format()}") from None
         raise InputError(f"cannot read {what} {path}: {_reason(exc)}; the file is damaged or incomplete, export it "
                          f"again") from None
     except OSError as exc:
@@ -226,7 +232,7 @@ def _reason(exc: Exception) -> str:
     return text or type(exc).__name__
 
 
-def _unknown_format(path: Path) -> str:
+def _unknown_format() -> str:
     known = set(_soundfile().available_formats())
     names = [name for name in ("WAV", "FLAC", "OGG", "MP3", "AIFF", "CAF", "W64", "RF64") if name in known]
     return (f"not an audio format this machine's libsndfile reads ({', '.join(names)}; OGG holds Vorbis or "

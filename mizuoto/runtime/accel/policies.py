@@ -48,9 +48,8 @@ class AccelPolicy:
     name: str
     strict: bool = False
     _selections: dict = field(default_factory=dict, repr=False)
-    # call_key(...) -> Entry: the per-call lookup, keyed on
-    # raw facts that are cheaper to gather than a Call and that determine it (so a hit is exactly what
-    # building the Call would have selected)
+    # call_key(...) -> Entry: the per-call lookup, keyed on raw facts that are cheaper to gather than a
+    # Call and that determine it (so a hit is exactly what building the Call would have selected)
     _by_key: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -183,8 +182,7 @@ class Entry:
 def call_key(site, q, k, v, args: Args, grad: bool) -> tuple:
     """The facts a Call is built from, as they come (shapes, dtype and device objects, flags): equal keys
     give equal Calls, and gathering them costs a fraction of building the Call. A decode loop whose keys
-    grow keeps one key: the key holds whether there are as many queries as keys, not the key count.
-    (AccelRun.attend builds the same tuple inline: this runs once per attention call.)"""
+    grow keeps one key: the key holds whether there are as many queries as keys, not the key count."""
     mask, causal, scale, _, dropout_p, info = args
     q_shape, k_shape = q.shape, k.shape
     return (site, q_shape, k_shape[1] if len(k_shape) == 4 else 0, k_shape[-2] == q_shape[-2], v.shape[-1],
@@ -218,18 +216,15 @@ class AccelRun:
 
     def attend(self, site, q, k, v, mask=None, causal=False, scale=None, enable_gqa=False, dropout_p=0.0,
                info=None):
-        """One attention call unlike its site's last: `call_key` (built inline), the lookup, the backend."""
+        """One attention call unlike its site's last: its `call_key`, the lookup, the backend."""
         args = _args(Args, (mask, causal, scale, enable_gqa, dropout_p, info))
-        q_shape, k_shape, v_shape, device, dtype = q.shape, k.shape, v.shape, q.device, q.dtype
         grad = grad_needed(q, k, v)
-        key = (site, q_shape, k_shape[1] if len(k_shape) == 4 else 0, k_shape[-2] == q_shape[-2], v_shape[-1],
-               dtype, device, None if mask is None else mask.dtype, None if info is None else info.structure(),
-               scale is None, causal, dropout_p, grad)
+        key = call_key(site, q, k, v, args, grad)
         entry = self._by_key.get(key)
         if entry is None:
             entry = self.policy.resolve(key, site, q, k, v, args, grad)
         if not grad:  # calls that need a backward are rare and always come this way
-            self.last[site] = (q_shape, k_shape, v_shape, device, dtype, mask, info, causal, scale, enable_gqa,
+            self.last[site] = (q.shape, k.shape, v.shape, q.device, q.dtype, mask, info, causal, scale, enable_gqa,
                                dropout_p, args, entry)
         if entry.run is None:  # something is skipped, or nothing but the reference can run: the whole walk
             return self._attend_chain(site, q, k, v, args, entry.call, entry.selection, [])
