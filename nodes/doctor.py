@@ -1,5 +1,6 @@
-"""Doctor: what Mizuoto sees of this machine (torch, GPUs, attention backends, settings), as a node
-and as GET /mizuoto/doctor."""
+"""Doctor: what Mizuoto sees of this machine (torch, GPUs, attention backends, engines and their models,
+settings), as a node and as GET /mizuoto/doctor (JSON; `?format=readable` adds the titled sections the
+front end's dialog shows, and the same as plain text)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,19 @@ def report_json() -> str:
     return json.dumps(doctor.report(), indent=2)
 
 
+def readable_json() -> str:
+    """The report with its readable forms: {"title", "sections", "text", "summary", "report"}."""
+    from mizuoto import doctor
+
+    rep = doctor.report()
+    return json.dumps({"title": doctor.TITLE, "sections": doctor.sections(rep), "text": doctor.readable(rep),
+                       "summary": doctor.summary(rep), "report": rep}, indent=2)
+
+
 class MizuotoDoctor:
-    DESCRIPTION = "Shows the doctor report: torch, GPUs, which attention backends run, settings, install commands."
+    DESCRIPTION = ("Checks this machine for Mizuoto: torch and GPUs, which attention backends run (with the "
+                   "install command for each missing optional kernel), each engine's installed models and "
+                   "their folder, and the settings in force. Its output is the report as JSON.")
 
     @classmethod
     def INPUT_TYPES(cls):
@@ -32,8 +44,12 @@ class MizuotoDoctor:
         return float("nan")  # the machine may have changed: always run
 
     def examine(self):
-        text = report_json()
-        return {"ui": {"text": [text]}, "result": (text,)}
+        from mizuoto import doctor
+
+        rep = doctor.report()
+        text = json.dumps(rep, indent=2)
+        # "text": the JSON (kept for older front ends); "summary": the lines web/mizuoto.js shows on the node.
+        return {"ui": {"text": [text], "summary": [doctor.summary(rep)]}, "result": (text,)}
 
 
 def register_route() -> bool:
@@ -51,8 +67,9 @@ def register_route() -> bool:
     async def doctor_route(request):
         import asyncio
 
+        build = readable_json if request.query.get("format") == "readable" else report_json
         # The probes run in a child process and take seconds: keep the server's loop free.
-        text = await asyncio.get_running_loop().run_in_executor(None, report_json)
+        text = await asyncio.get_running_loop().run_in_executor(None, build)
         return web.Response(text=text, content_type="application/json")
 
     return True
