@@ -56,6 +56,16 @@ def engine_params(args, spec) -> dict:
     return params
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number above 0, got {text!r}")
+    return value
+
+
 def _boolean(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -121,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
     hear.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     hear.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
     hear.add_argument("--policy", metavar="P", help="attention policy (default: the engine's setting)")
-    hear.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    hear.add_argument("--threads", type=_positive_int, metavar="N", default=0,
+                      help="CPU threads torch uses (default: torch's own choice; as openai-whisper's --threads)")
+    hear.add_argument("--json", action="store_true", help="print the whole result as JSON (with the language "
+                                                          "probabilities when the language was detected)")
     _add_engine_params(hear.add_argument_group("decoding options (openai-whisper's names and defaults)"),
                        TRANSCRIBE)
 
@@ -176,6 +189,10 @@ def cmd_transcribe(args) -> int:
         raise InputError(f"engine {spec.id} does not transcribe; use --engine whisper")
     waveform, rate = files.read(args.audio)
     startup.start()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     params = engine_params(args, spec)
     loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy)
     result = transcribe(loaded, waveform, rate, params=params, seed=args.seed)

@@ -35,5 +35,13 @@ ENGINE = EngineSpec(
         Param("no_speech_threshold", float, 0.6, "treat a window as silent above this no-speech probability",
               min=0.0, max=1.0, step=0.05),
         Param("word_timestamps", bool, False, "word-level timestamps from cross-attention"),
+        # appended after the first fourteen, so that saved workflows keep their widget values in place
+        Param("clip_timestamps", str, "0", "comma-separated start,end,... seconds of the parts to transcribe "
+              "(a missing last end is the end of the audio)"),
+        Param("hallucination_silence_threshold", float, 0.0, "with word timestamps, skip silences longer than "
+              "this many seconds around likely hallucinations (0: off)", min=0.0, max=30.0, step=0.5),
+        Param("carry_initial_prompt", bool, False, "prompt every window with the initial prompt, not only the "
+              "first"),
+        Param("without_timestamps", bool, False, "decode text only, without timestamp tokens"),
     ),
 )

@@ -70,24 +70,32 @@ def to_options(params: dict) -> dict:
     for name in ("beam_size", "best_of", "patience", "length_penalty"):
         options[name] = p[name] or None
     for name in ("task", "initial_prompt", "condition_on_previous_text", "compression_ratio_threshold",
-                 "logprob_threshold", "no_speech_threshold", "word_timestamps"):
+                 "logprob_threshold", "no_speech_threshold", "word_timestamps", "clip_timestamps",
+                 "carry_initial_prompt", "without_timestamps"):
         options[name] = p[name]
     options["initial_prompt"] = options["initial_prompt"] or None
+    options["hallucination_silence_threshold"] = p["hallucination_silence_threshold"] or None
     options["fp16"] = False  # the network computes in the dtype it was loaded in
     return options
 
 
 def transcribe(loaded: WhisperLoaded, audio: torch.Tensor, ctx: RequestContext, params: dict) -> dict:
-    """16 kHz mono float32 audio -> openai-whisper's result dict (text, segments, language)."""
+    """16 kHz mono float32 audio -> openai-whisper's result dict (text, segments, language), plus
+    `language_probs` when the language was detected."""
     from .transcribe import transcribe as run
 
     if audio.dim() != 1 or audio.shape[0] == 0:
         raise InputError("Whisper needs mono audio with at least one sample")
     # The policy is bound for the whole run (encoder, word alignment) and again around every decoder
     # step, which is also where a cancellation is seen.
+    detected = {}
     with torch.inference_mode(), ctx.step():
-        return run(loaded.model, audio.to(torch.float32), generator=ctx.generator_for(loaded.device),
-                   progress=ctx.progress, steps=decode_steps(loaded), step_scope=ctx.step, **to_options(params))
+        result = run(loaded.model, audio.to(torch.float32), generator=ctx.generator_for(loaded.device),
+                     progress=ctx.progress, steps=decode_steps(loaded), step_scope=ctx.step,
+                     on_language=detected.update, **to_options(params))
+    if detected:  # the language was detected: its probabilities, most likely first
+        result["language_probs"] = dict(sorted(detected.items(), key=lambda item: -item[1]))
+    return result
 
 
 __all__ = ["SAMPLE_RATE", "WhisperLoaded", "load", "rebind", "to_options", "transcribe"]

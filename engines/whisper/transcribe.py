@@ -366,6 +366,7 @@ def transcribe(
     progress: Callable[[int, int], None] | None = None,
     steps=None,
     step_scope: Callable[[], AbstractContextManager] | None = None,
+    on_language: Callable[[dict[str, float]], None] | None = None,
     **decode_options,
 ) -> dict:
     """Transcribe (or translate) 16 kHz mono audio with a Whisper model, as openai-whisper does.
@@ -394,6 +395,8 @@ def transcribe(
         graphs); None runs the step eagerly.
     step_scope: entered around every decoder call (a host binds its attention policy and checks for
         cancellation there).
+    on_language: called with the language probabilities when the language is detected (upstream's result
+        has no place for them).
     decode_options: `DecodingOptions` fields (language, task, beam_size, best_of, patience,
         length_penalty, suppress_tokens, ...); language None detects it on the first 30 s.
 
@@ -422,6 +425,8 @@ def transcribe(
             first = pad_or_trim(mel, N_FRAMES).to(device=weight.device, dtype=weight.dtype)
             _, probs = detect_language(model, first)
             decode_options["language"] = max(probs, key=probs.get)
+            if on_language is not None:
+                on_language(probs)
             if verbose is not None:
                 print(f"Detected language: {LANGUAGES[decode_options['language']].title()}")
 

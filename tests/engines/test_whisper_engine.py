@@ -117,6 +117,47 @@ def test_cli_transcribe(tiny, tmp_path, capsys):
     assert "does not speak" in capsys.readouterr().err
 
 
+def test_cli_takes_the_rest_of_upstreams_options(tiny, tmp_path, capsys):
+    """--clip-timestamps, --hallucination-silence-threshold, --carry-initial-prompt and --without-timestamps
+    reach transcribe() as openai-whisper's own options; --json adds the detected language's probabilities,
+    as upstream's detect_language gives them; --threads sets torch's thread count."""
+    model, path = tiny
+    audio = speechlike(4.0, seed=6)
+    file = files.write(tmp_path / "a.wav", torch.from_numpy(audio)[None], 16000, "float32")
+    threads = torch.get_num_threads()
+    # the thread count in force: both sides must run at the same one (floats depend on it)
+    base = ["transcribe", str(file), "--model", str(path), "--device", "cpu", "--json", "--seed", "3",
+            "--threads", str(threads)]
+    torch.manual_seed(3)
+    want = whisper.transcribe(model, audio, **upstream_cli_defaults(
+        clip_timestamps="0.5,3", hallucination_silence_threshold=0.5, word_timestamps=True,
+        carry_initial_prompt=True, initial_prompt="Hello there."))
+    assert cli.main([*base, "--clip-timestamps", "0.5,3", "--hallucination-silence-threshold", "0.5",
+                     "--word-timestamps", "--carry-initial-prompt", "--initial-prompt", "Hello there."]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["segments"] == json.loads(json.dumps(want["segments"])) and result["text"] == want["text"]
+    _, probs = model.detect_language(whisper.log_mel_spectrogram(whisper.pad_or_trim(audio)))
+    assert list(result["language_probs"]) == sorted(probs, key=probs.get, reverse=True)
+    assert result["language_probs"] == pytest.approx(probs)
+
+    torch.manual_seed(3)
+    want = whisper.transcribe(model, audio, **upstream_cli_defaults(language="en", without_timestamps=True))
+    assert cli.main([*base, "--without-timestamps", "--language", "en"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["segments"] == json.loads(json.dumps(want["segments"]))
+    assert "language_probs" not in result  # given, not detected
+
+    try:
+        assert cli.main([*base[:-1], "1", "--language", "en", "--clip-timestamps", "0,0.5"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*base[:-1], "0"])
+    assert exit_.value.code == 2 and "--threads" in capsys.readouterr().err
+
+
 def test_transcribe_node(tiny):
     import importlib.util
     import sys
