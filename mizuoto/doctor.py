@@ -116,7 +116,7 @@ def _value(value) -> str:
 
 def _probe_words(name: str, found: dict) -> tuple[str, bool]:
     if found.get("ok"):
-        return f"{name} ✓", True
+        return name, True
     reason = found.get("reason") or "does not run"
     return f"{name} ✗ ({reason})", False
 

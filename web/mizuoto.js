@@ -1,7 +1,7 @@
 // Mizuoto front end (classic canvas nodes and Vue nodes, "Nodes 2.0", alike).
 // - Speak nodes: a read-only summary inside the node, e.g.
 //     "3.4 s of audio in 5.8 s (0.6x real time) · cpu · exact attention"
-//     "Slower than real time: each second of audio took 1.7 s to make."
+//     "Slower than real time: 1 s of audio took 1.7 s to make."
 //   It is cleared when a run starts (a cached node gets its text back) and says so when the node fails.
 // - Doctor: a "Mizuoto → Mizuoto Doctor" menu command (and a button in the legacy menu) that opens a
 //   readable report (GET /mizuoto/doctor?format=readable) in a dialog with a title and a Close button;
@@ -57,7 +57,7 @@ export function runSummary(report) {
   const rtf = Number(report.real_time_factor ?? (Number(wall) / Number(audio)));
   if (Number.isFinite(rtf) && rtf > 0) {
     const pace = rtf < 0.95 ? "Faster than real time" : rtf > 1.05 ? "Slower than real time" : "About real time";
-    lines.push({ text: `${pace}: each second of audio took ${seconds(rtf)} s to make.`, level: "muted" });
+    lines.push({ text: `${pace}: 1 s of audio took ${seconds(rtf)} s to make.`, level: "muted" });
   }
   const policy = attention.policy && !["auto", "exact"].includes(attention.policy) ? ` · policy ${attention.policy}` : "";
   lines.push({ text: `${report.engine ?? "?"} · ${report.dtype ?? "?"} · seed ${report.seed ?? "?"}${policy}`, level: "muted" });
@@ -88,6 +88,7 @@ export function doctorSummary(summaryText, report) {
 
 const LINE_HEIGHT = 18;
 const PADDING = 8;
+const RESERVED_LINES = 3;  // room for a run's summary from the start, so a normal run does not resize the node
 const COLORS = { info: "var(--input-text, #ddd)", muted: "var(--descrip-text, #999)", warn: "#e9a23b", error: "#f06464" };
 
 function summaryElement() {
@@ -108,7 +109,7 @@ function addSummaryWidget(node, placeholder) {
     hideOnZoom: false,
     getValue: () => (state.lines || []).map((l) => l.text).join("\n"),
     setValue: () => {},  // read-only: only a run sets it
-    getMinHeight: () => Math.max(1, (state.lines || [1]).length) * LINE_HEIGHT + 2 * PADDING,
+    getMinHeight: () => state.height || RESERVED_LINES * LINE_HEIGHT + 2 * PADDING,
   });
   widget.serialize = false;
   node.mizuotoSummary = { widget, el, state };
@@ -129,8 +130,12 @@ function renderSummary(node) {
     return div;
   }));
   el.dataset.state = state.lines?.length ? "report" : "empty";
-  // Grow the node when the text needs more room (classic canvas; Vue nodes size themselves).
-  if (typeof node.computeSize === "function" && Array.isArray(node.size)) {
+  // The text's height in canvas units: its lines (wrapped ones counted when the element is laid out).
+  const content = el.isConnected ? [...el.children].reduce((h, c) => h + (c.offsetHeight || 0), 0) + PADDING : 0;
+  state.height = Math.max(Math.max(RESERVED_LINES, lines.length) * LINE_HEIGHT + 2 * PADDING, Math.ceil(content));
+  // Grow the node when the text needs more room (classic canvas; Vue nodes size themselves). Node sizes
+  // are typed arrays in litegraph, not Arrays.
+  if (typeof node.computeSize === "function" && node.size?.length >= 2) {
     const min = node.computeSize();
     if (min[1] > node.size[1] || min[0] > node.size[0]) {
       node.setSize?.([Math.max(node.size[0], min[0]), Math.max(node.size[1], min[1])]);
@@ -344,7 +349,7 @@ app.registerExtension({
       const result = onNodeCreated?.apply(this, arguments);
       this.mizuotoKind = isSpeak ? "speak" : "doctor";
       addSummaryWidget(this, isSpeak ? SPEAK_PLACEHOLDER : DOCTOR_PLACEHOLDER);
-      if (isDoctor && Array.isArray(this.size)) {
+      if (isDoctor && this.size?.length >= 2) {
         // Wide enough for its title and its lines.
         this.setSize?.([Math.max(this.size[0], 420), this.size[1]]);
       }

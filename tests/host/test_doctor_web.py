@@ -84,7 +84,7 @@ def test_summary_reads_like_a_sentence(tmp_path):
     lines = summary_of(tmp_path, REPORT)
     assert [line["text"] for line in lines] == [
         "2.1 s of audio in 1.3 s (1.5x real time) · cpu · exact attention",
-        "Faster than real time: each second of audio took 0.65 s to make.",
+        "Faster than real time: 1 s of audio took 0.65 s to make.",
         "dummy · float32 · seed 7",
     ]
 
@@ -93,7 +93,7 @@ def test_summary_of_the_issues_example_is_slower_than_real_time(tmp_path):
     report = dict(REPORT, audio_seconds=3.4, wall_seconds=5.8, real_time_factor=1.7059)
     lines = [line["text"] for line in summary_of(tmp_path, report)]
     assert lines[0] == "3.4 s of audio in 5.8 s (0.6x real time) · cpu · exact attention"
-    assert lines[1] == "Slower than real time: each second of audio took 1.7 s to make."
+    assert lines[1] == "Slower than real time: 1 s of audio took 1.7 s to make."
     assert not any("RTF" in line or "reference" in line for line in lines)
 
 
