@@ -132,7 +132,9 @@ function renderSummary(node) {
   el.dataset.state = state.lines?.length ? "report" : "empty";
   // The text's height in canvas units: its lines (wrapped ones counted when the element is laid out).
   const content = el.isConnected ? [...el.children].reduce((h, c) => h + (c.offsetHeight || 0), 0) + PADDING : 0;
-  state.height = Math.max(Math.max(RESERVED_LINES, lines.length) * LINE_HEIGHT + 2 * PADDING, Math.ceil(content));
+  // The DOM widget draws its element inside a margin (10 by default) above and below.
+  const margin = 2 * (Number(summary.widget?.margin) || 10);
+  state.height = Math.max(Math.max(RESERVED_LINES, lines.length) * LINE_HEIGHT + 2 * PADDING, Math.ceil(content)) + margin;
   // Grow the node when the text needs more room (classic canvas; Vue nodes size themselves). Node sizes
   // are typed arrays in litegraph, not Arrays.
   if (typeof node.computeSize === "function" && node.size?.length >= 2) {
