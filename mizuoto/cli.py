@@ -1,4 +1,4 @@
-"""`python -m mizuoto`: say, engines, doctor, save-dummy.
+"""`python -m mizuoto`: say, transcribe, models, engines, doctor, save-dummy.
 
 CPU settings are applied before torch is imported, so nothing at module level here imports torch.
 Every user error prints one line and exits with status 2, leaving no partial output file.
@@ -88,11 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
     say = sub.add_parser("say", help="speak a text into an audio file",
                          description="Speak TEXT with an engine and write an audio file (WAV, FLAC, Ogg Vorbis "
                                      "or MP3, after the output's suffix); prints the run report as JSON.")
-    say.add_argument("text", metavar="TEXT", help="what to say")
+    say.add_argument("text", metavar="TEXT", nargs="?", help="what to say (or --text-file)")
+    say.add_argument("--text-file", metavar="FILE", help="read the text from a UTF-8 file; - reads standard input")
     say.add_argument("--engine", required=True, metavar="ID",
                      help=f"engine to use: {', '.join(engines.of_kind(SPEAK))}")
-    say.add_argument("--model", metavar="PATH", help="checkpoint file (default: the engine's built-in "
-                                                     "weights, where it has them)")
+    _add_model_arguments(say, "default: the engine's built-in weights, where it has them")
     say.add_argument("--seed", type=int, metavar="N",
                      help="random seed, 0 to 2^64-1 (default: a fresh one, printed in the report)")
     say.add_argument("--policy", metavar="P", help="attention policy (default: the engines.<id>.attention "
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--ref-audio", metavar="FILE", help="reference voice recording: WAV, FLAC, OGG, Opus or MP3 "
                                                         "(engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
-    say.add_argument("--transcriber", metavar="PATH", help="Whisper checkpoint that transcribes the reference "
+    say.add_argument("--transcriber", metavar="MODEL", help="Whisper model (as --model) that transcribes the reference "
                                                             "when --ref-text is not given (engines that read it)")
     say.add_argument("-o", "--output", required=True, metavar="OUT.wav",
                      help="file to write; its suffix picks the format: .wav, .flac, .ogg or .mp3")
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     hear.add_argument("audio", metavar="FILE", help="audio to transcribe")
     hear.add_argument("--engine", default="whisper", metavar="ID",
                       help=f"engine to use: {', '.join(engines.of_kind(TRANSCRIBE)) or 'none'} (default whisper)")
-    hear.add_argument("--model", required=True, metavar="PATH", help="checkpoint: an openai .pt file or a "
-                                                                    "Hugging Face folder")
+    _add_model_arguments(hear, "an openai .pt file, a Hugging Face folder, or e.g. hf:openai/whisper-tiny",
+                         required=True)
     hear.add_argument("--seed", type=int, metavar="N", help="seed of temperature-fallback sampling")
     hear.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     hear.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
@@ -137,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "probabilities when the language was detected)")
     _add_engine_params(hear.add_argument_group("decoding options (openai-whisper's names and defaults)"),
                        TRANSCRIBE)
+
+    listing = sub.add_parser("models", help="list the models installed and the ones that can be downloaded",
+                             description="List each engine's installed models (in --models-dir/<engine>/) and the "
+                                         "Hugging Face repos that --model hf:<owner>/<name> downloads there.")
+    listing.add_argument("--engine", metavar="ID", help="only this engine")
+    listing.add_argument("--models-dir", metavar="DIR", help=f"the models folder (default: {catalog_default()})")
+    listing.add_argument("--json", action="store_true", help="print the listing as JSON")
 
     sub.add_parser("engines", help="list the engines and their parameters")
 
@@ -149,16 +156,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def catalog_default() -> str:
+    from mizuoto.host import catalog
+
+    return catalog.DEFAULT_BASE
+
+
+def _add_model_arguments(parser, default: str, required: bool = False) -> None:
+    parser.add_argument("--model", metavar="MODEL", required=required,
+                        help=f"a model folder or file; a model's name in --models-dir/<engine>/; or a downloadable "
+                             f"id, hf:<owner>/<name>, fetched into --models-dir/<engine>/ on first use "
+                             f"('python -m mizuoto models' lists them) ({default})")
+    parser.add_argument("--models-dir", metavar="DIR",
+                        help=f"where models are installed and downloaded (default: {catalog_default()}, laid out "
+                             f"as ComfyUI's models/tts: <engine>/<model>)")
+
+
+def read_text(args) -> str:
+    """The text to speak: the argument, or --text-file's contents (standard input for -)."""
+    from mizuoto.core.errors import InputError
+
+    if args.text_file is not None and args.text is not None:
+        raise InputError("give the text either as an argument or with --text-file, not both")
+    if args.text_file is None:
+        if args.text is None:
+            raise InputError("no text: give it as an argument, or with --text-file FILE (- for standard input)")
+        return args.text
+    if args.text_file == "-":
+        data, where = sys.stdin.buffer.read(), "standard input"
+    else:
+        try:
+            with open(args.text_file, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise InputError(f"cannot read the text file {args.text_file}: {exc.strerror or exc}") from None
+        where = f"the text file {args.text_file}"
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark, as Windows editors write, is not text
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
 def cmd_say(args) -> int:
     from mizuoto import engines
     from mizuoto.audio import files
     from mizuoto.core.errors import InputError
-    from mizuoto.host import load_model, speak, startup
+    from mizuoto.host import catalog, load_model, speak, startup
 
     spec = engines.get(args.engine)
     if spec.kind != SPEAK:
         raise InputError(f"engine {spec.id} does not speak; use python -m mizuoto transcribe")
-    if not args.text.strip():
+    text = read_text(args)
+    if not text.strip():
         raise InputError("text is empty; give some words to speak")
     if spec.license_acceptance and not args.accept_license:
         raise InputError(f"{spec.display_name} weights are licensed under {spec.weights_license}; read the licence "
@@ -168,10 +217,15 @@ def cmd_say(args) -> int:
     reference = files.read(args.ref_audio, "reference audio") if args.ref_audio else None
     startup.start(args.settings)
     params = engine_params(args, spec)
-    loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy,
+    model = catalog.resolve(spec, args.model, args.models_dir) if args.model else None
+    loaded = load_model(spec.id, model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
-    transcriber = load_model("whisper", args.transcriber, device=args.device) if args.transcriber else None
-    speech = speak(loaded, args.text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
+    transcriber = None
+    if args.transcriber:
+        whisper = engines.get("whisper")
+        transcriber = load_model("whisper", catalog.resolve(whisper, args.transcriber, args.models_dir),
+                                 device=args.device)
+    speech = speak(loaded, text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
                    transcriber=transcriber)
     files.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
@@ -181,7 +235,7 @@ def cmd_say(args) -> int:
 def cmd_transcribe(args) -> int:
     from mizuoto.audio import files
     from mizuoto.core.errors import InputError
-    from mizuoto.host import load_model, startup
+    from mizuoto.host import catalog, load_model, startup
     from mizuoto.host.local import transcribe
 
     spec = engines_get(args.engine)
@@ -194,7 +248,8 @@ def cmd_transcribe(args) -> int:
 
         torch.set_num_threads(args.threads)
     params = engine_params(args, spec)
-    loaded = load_model(spec.id, args.model, device=args.device, dtype=args.dtype, policy=args.policy)
+    loaded = load_model(spec.id, catalog.resolve(spec, args.model, args.models_dir), device=args.device,
+                        dtype=args.dtype, policy=args.policy)
     result = transcribe(loaded, waveform, rate, params=params, seed=args.seed)
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.json else result["text"].strip())
     return 0
@@ -204,6 +259,31 @@ def engines_get(engine_id: str):
     from mizuoto import engines
 
     return engines.get(engine_id)
+
+
+def cmd_models(args) -> int:
+    from mizuoto import engines
+    from mizuoto.host import catalog
+
+    specs = [engines.get(args.engine)] if args.engine else list(engines.all_engines().values())
+    listing = {spec.id: catalog.engine_report(spec, args.models_dir) for spec in specs}
+    if args.json:
+        print(json.dumps(listing, indent=2))
+        return 0
+    for spec in specs:
+        report = listing[spec.id]
+        print(f"{spec.id} ({spec.display_name}): models in {report['folder']}")
+        if report["builtin_weights"]:
+            print("  built-in weights (no --model needed)")
+        for entry in report["installed"]:
+            print(f"  installed    --model {entry['name']}")
+        for entry in report["downloadable"]:
+            state = "downloaded" if entry["downloaded"] else "to download"
+            print(f"  {state:<12} --model {entry['choice']}")
+        if not (report["installed"] or report["downloadable"] or report["builtin_weights"]):
+            print(f"  none: put a model in {report['folder']} (the README's {spec.display_name} section names "
+                  f"its files)")
+    return 0
 
 
 def cmd_engines(args) -> int:
@@ -233,7 +313,8 @@ def cmd_save_dummy(args) -> int:
     return 0
 
 
-COMMANDS = {"say": cmd_say, "transcribe": cmd_transcribe, "engines": cmd_engines, "doctor": cmd_doctor,
+COMMANDS = {"say": cmd_say, "transcribe": cmd_transcribe, "models": cmd_models, "engines": cmd_engines,
+            "doctor": cmd_doctor,
             "save-dummy": cmd_save_dummy}
 
 

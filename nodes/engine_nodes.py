@@ -24,7 +24,7 @@ def _class_name(spec: EngineSpec, role: str) -> str:
 def make_loader(spec: EngineSpec) -> type:
     def INPUT_TYPES(cls):
         required = {
-            "model": (models.choices(spec), {"tooltip": f"checkpoint from models/tts/{spec.id}/"}),
+            "model": (models.choices(spec), {"tooltip": models.tooltip(spec)}),
             "device": (list(DEVICES), {"default": "auto"}),
             "dtype": (list(DTYPES), {"default": "float32"}),
         }

@@ -5,7 +5,6 @@ POLICY = "MIZUOTO_POLICY"
 AUDIO = "AUDIO"
 CATEGORY = "Mizuoto"
 
-BUILTIN_WEIGHTS = "(built-in weights)"
 SEED_MAX = 2**64 - 1  # matches RequestContext and torch.manual_seed
 
 

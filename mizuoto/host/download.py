@@ -2,17 +2,20 @@
 
 huggingface_hub (an optional dependency that ComfyUI installs usually already have) does the work:
 files are fetched with its progress bars and resume where an interrupted download stopped. Without
-it, or offline, the error names the folder to fill by hand.
+it, or offline, the error names the repo, the folder to fill by hand and the whole cause, and a folder
+the failed download created is removed again unless it holds a file that arrived (kept to resume).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from mizuoto.core.errors import CheckpointError
 
 PREFIX = "hf:"
 COMPLETE = ".mizuoto-complete"  # written after every file arrived: a half download is never used
+HUB_CACHE = ".cache"  # huggingface_hub's bookkeeping inside local_dir: not a downloaded file
 
 
 def choice_for(repo_id: str) -> str:
@@ -23,25 +26,47 @@ def folder_for(engine_id: str, repo_id: str, base: str) -> Path:
     return Path(base) / engine_id / repo_id.replace("/", "--")
 
 
+def is_complete(folder: Path) -> bool:
+    return (Path(folder) / COMPLETE).is_file()
+
+
 def fetch(engine_id: str, repo_id: str, base: str) -> Path:
     """The local folder holding `repo_id`, downloading it there first if it is not complete."""
     folder = folder_for(engine_id, repo_id, base)
-    if (folder / COMPLETE).is_file():
+    if is_complete(folder):
         return folder
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise CheckpointError(f"{repo_id} is not downloaded and huggingface_hub is not installed; "
                               f"pip install huggingface_hub, or download {repo_id} by hand into {folder}") from None
+    created = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
     folder.mkdir(parents=True, exist_ok=True)
     try:
         snapshot_download(repo_id=repo_id, local_dir=str(folder))
-    except Exception as exc:  # offline, not found, no permission: all end the same way for the user
-        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise CheckpointError(f"could not download {repo_id} ({reason}); download it by hand into {folder} "
-                              f"and load it again") from None
+    except BaseException as exc:  # offline, not found, no permission, Ctrl-C: all end the same way for the user
+        _remove_if_nothing_arrived(folder, created)
+        if not isinstance(exc, Exception):
+            raise
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointError(f"could not download {repo_id} into {folder}: {type(exc).__name__}: {reason} -- "
+                              f"connect to the internet and load it again, or download {repo_id} by hand into "
+                              f"{folder}") from None
     (folder / COMPLETE).write_text("")
     return folder
+
+
+def _remove_if_nothing_arrived(folder: Path, created: list[Path]) -> None:
+    """Undo the folders a failed download made, when no file of the repo is in them (a partial download
+    stays: huggingface_hub resumes it next time)."""
+    if folder in created and not any(p.is_file() for p in folder.rglob("*")
+                                      if HUB_CACHE not in p.relative_to(folder).parts):
+        shutil.rmtree(folder, ignore_errors=True)
+    for parent in created[1:]:
+        try:
+            parent.rmdir()  # only while empty
+        except OSError:
+            break
 
 
 def is_choice(choice: str) -> bool:
@@ -50,4 +75,3 @@ def is_choice(choice: str) -> bool:
 
 def repo_of(choice: str) -> str:
     return choice[len(PREFIX):]
-

@@ -3,6 +3,7 @@ comfy.model_management), and its standalone behaviour without them."""
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -151,13 +152,32 @@ def test_repo_downloads(monkeypatch, tmp_path):
     download.fetch("dummy", "org/voice", str(tmp_path / "tts"))
     assert len(calls) == 1  # complete: not fetched again
 
+    cause = ("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the "
+             "cached files. Check your connection or see the documentation for offline mode.")
+
     def offline(repo_id, local_dir):
-        raise OSError("We couldn't connect to the Hub")
+        (Path(local_dir) / ".cache" / "huggingface").mkdir(parents=True)  # the hub's bookkeeping, no file yet
+        raise OSError(cause)
 
     hub.snapshot_download = offline
-    with pytest.raises(CheckpointError, match=r"could not download org/other .*download it by hand into .*org--other"):
-        download.fetch("dummy", "org/other", str(tmp_path / "tts"))
-    assert not (tmp_path / "tts" / "dummy" / "org--other" / download.COMPLETE).exists()
+    fresh = tmp_path / "fresh"
+    with pytest.raises(CheckpointError) as error:
+        download.fetch("dummy", "org/other", str(fresh / "tts"))
+    message = str(error.value)
+    # the repo, the folder and the cause in full, on one line; no empty folder left behind
+    assert "could not download org/other into " + str(fresh / "tts" / "dummy" / "org--other") in message
+    assert f"OSError: {cause}" in message and "download org/other by hand into" in message
+    assert "\n" not in message and not fresh.exists()
+
+    def partial(repo_id, local_dir):
+        (Path(local_dir) / "config.json").write_text("{}")
+        raise ConnectionError("the connection dropped")
+
+    hub.snapshot_download = partial
+    with pytest.raises(CheckpointError, match="ConnectionError: the connection dropped"):
+        download.fetch("dummy", "org/half", str(tmp_path / "tts"))
+    half = tmp_path / "tts" / "dummy" / "org--half"
+    assert (half / "config.json").is_file() and not (half / download.COMPLETE).exists()  # kept, to resume
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(CheckpointError, match="huggingface_hub is not installed; pip install huggingface_hub"):
         download.fetch("dummy", "org/third", str(tmp_path / "tts"))
@@ -173,6 +193,8 @@ def test_loader_offers_repo_ids(monkeypatch):
     models = import_module("mizuoto.nodes.models")  # the nodes as the installed package lays them out
     assert models.choices(spec) == ["(built-in weights)", "hf:org/voice"]
     fetched = []
-    monkeypatch.setattr(models.download, "fetch", lambda engine, repo, base: fetched.append((engine, repo)) or base)
+    from mizuoto.host import download
+
+    monkeypatch.setattr(download, "fetch", lambda engine, repo, base: fetched.append((engine, repo)) or base)
     models.resolve(spec, "hf:org/voice")
     assert fetched == [("dummy", "org/voice")]

@@ -1,0 +1,126 @@
+"""Which models an engine has here: those installed under `<base>/<engine>/`, and the Hugging Face repos
+it offers for download. The loader nodes, `say --model`, `mizuoto models` and the doctor all ask this.
+
+A base is a `models/tts` folder: ComfyUI's (and every `tts:` entry of extra_model_paths.yaml) inside the
+host, else `--models-dir` (default ./models/tts). A choice is what a loader lists and `--model` takes:
+`<engine>/<name>` for an installed file or folder, `hf:<owner>/<repo>` for a download, or the built-in
+weights of an engine that has them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mizuoto.core.errors import InputError
+from mizuoto.engines.spec import EngineSpec
+
+from . import comfy, download
+
+DEFAULT_BASE = os.path.join("models", comfy.MODELS_FOLDER)  # ./models/tts outside ComfyUI
+BUILTIN_WEIGHTS = "(built-in weights)"
+NOTHING_INSTALLED = "(no model installed: put one in {folder})"
+
+
+def bases(models_dir: str | os.PathLike | None = None) -> list[str]:
+    """The folders whose `<engine>/` subfolders hold models: `models_dir` when given, else ComfyUI's, else
+    ./models/tts."""
+    if models_dir is not None and str(models_dir) != "":
+        return [str(Path(models_dir).expanduser())]
+    return comfy.model_folders() or [DEFAULT_BASE]
+
+
+def folder(spec: EngineSpec, models_dir=None) -> str:
+    """Where a user puts `spec`'s models (absolute, so a message naming it can be followed)."""
+    return os.path.abspath(os.path.join(bases(models_dir)[0], spec.id))
+
+
+def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
+    """The installed models, as {"name": "<engine>/<entry>", "path": ...}: files with the engine's
+    suffixes, and model folders (Hugging Face's with a config.json, or a folder holding a checkpoint file,
+    as F5-TTS's are published), downloaded repos included."""
+    found = []
+    for base in bases(models_dir):
+        engine_folder = os.path.join(base, spec.id)
+        if not os.path.isdir(engine_folder):
+            continue
+        for entry in sorted(os.listdir(engine_folder)):
+            path = os.path.join(engine_folder, entry)
+            if _is_checkpoint_file(path, spec) or _is_model_folder(path, spec):
+                found.append({"name": f"{spec.id}/{entry}", "path": os.path.abspath(path)})
+    return found
+
+
+def downloadable(spec: EngineSpec, models_dir=None) -> list[dict]:
+    """The repos the engine offers, each with whether it is downloaded completely already."""
+    base = bases(models_dir)[0]
+    return [{"choice": download.choice_for(repo), "folder": os.path.abspath(download.folder_for(spec.id, repo, base)),
+             "downloaded": download.is_complete(download.folder_for(spec.id, repo, base))} for repo in spec.repos]
+
+
+def choices(spec: EngineSpec, models_dir=None) -> list[str]:
+    """What a loader lists: the built-in weights, the downloadable repos, the installed models; never
+    empty: with none of them, one entry that names the folder to put models in."""
+    names = [BUILTIN_WEIGHTS] if spec.builtin_weights else []
+    names += [entry["choice"] for entry in downloadable(spec, models_dir)]
+    names += [entry["name"] for entry in installed(spec, models_dir)]
+    return names or [NOTHING_INSTALLED.format(folder=folder(spec, models_dir))]
+
+
+def engine_report(spec: EngineSpec, models_dir=None) -> dict:
+    """The doctor's and `mizuoto models`' view of one engine's models."""
+    return {"folder": folder(spec, models_dir), "installed": installed(spec, models_dir),
+            "downloadable": downloadable(spec, models_dir), "builtin_weights": spec.builtin_weights}
+
+
+def resolve(spec: EngineSpec, choice: str | os.PathLike | None, models_dir=None) -> str | None:
+    """A loader's choice or a `--model` value -> a checkpoint path (downloading a repo first), or None for
+    the built-in weights. A path that exists is taken as it is; a name is looked up in the engine's folders
+    (with or without the `<engine>/` prefix)."""
+    text = "" if choice is None else str(choice)
+    if text in ("", BUILTIN_WEIGHTS):
+        if spec.builtin_weights:
+            return None
+        raise _not_installed(spec, models_dir, "needs a model")
+    if text == NOTHING_INSTALLED.format(folder=folder(spec, models_dir)) or text.startswith("(no model installed"):
+        raise _not_installed(spec, models_dir, "has no model installed")
+    if download.is_choice(text):
+        repo = download.repo_of(text)
+        if repo not in spec.repos and not _looks_like_repo(repo):
+            raise InputError(f"{text!r} is not a Hugging Face repo id; write hf:<owner>/<name>, e.g. "
+                             f"{download.choice_for(spec.repos[0]) if spec.repos else 'hf:owner/name'}")
+        return str(download.fetch(spec.id, repo, bases(models_dir)[0]))
+    path = Path(text).expanduser()
+    if path.exists() or path.is_absolute() or text.startswith((".", "~")):
+        return str(path)  # a path: the loader says so when it does not exist
+    name = text[len(spec.id) + 1:] if text.startswith(spec.id + "/") else text
+    for base in bases(models_dir):
+        candidate = os.path.join(base, spec.id, name)
+        if name and os.path.exists(candidate):
+            return candidate
+    hint = "; e.g. " + download.choice_for(spec.repos[0]) + " downloads one there" if spec.repos else ""
+    raise InputError(f"{spec.display_name} model '{text}' was not found in {folder(spec, models_dir)} (and is "
+                     f"no file or folder here){hint}; 'python -m mizuoto models' lists them")
+
+
+def _not_installed(spec: EngineSpec, models_dir, what: str) -> InputError:
+    hint = (f", or pick one of the downloadable ones ({', '.join(download.choice_for(r) for r in spec.repos)})"
+            if spec.repos else "")
+    return InputError(f"{spec.display_name} {what}: put a model in {folder(spec, models_dir)} (the README's "
+                      f"{spec.display_name} section names its files) and pick it{hint}")
+
+
+def _looks_like_repo(repo: str) -> bool:
+    owner, _, name = repo.partition("/")
+    return bool(owner) and bool(name) and "/" not in name and " " not in repo
+
+
+def _is_checkpoint_file(path: str, spec: EngineSpec) -> bool:
+    return os.path.isfile(path) and path.lower().endswith(spec.checkpoint_suffixes)
+
+
+def _is_model_folder(path: str, spec: EngineSpec) -> bool:
+    if not os.path.isdir(path):
+        return False
+    return os.path.isfile(os.path.join(path, "config.json")) or any(
+        n.lower().endswith(spec.checkpoint_suffixes) for n in os.listdir(path))
