@@ -459,4 +459,7 @@ def test_run_summary_inside_the_node_and_the_doctor_dialog(browser, host, shots,
     failed = browser.wait("(() => { const t = window.__mizuoto.speak.mizuotoSummary.el.innerText;"
                           " return t.startsWith('Failed:') && t; })()", RUN_TIMEOUT, f"the failure ({label})")
     assert failed == "Failed: text is empty; give some words to speak", failed
+    time.sleep(0.5)  # ComfyUI's own error dialog opens too: close it for the picture
+    browser.js("document.querySelectorAll('.p-dialog-close-button, .p-dialog-header-close').forEach((b) => b.click())")
+    time.sleep(0.5)
     browser.screenshot(shots / f"{label}-failed.png")
