@@ -77,8 +77,11 @@ def make_speaker(spec: EngineSpec) -> type:
             if spec.reference.transcript:
                 optional["reference_text"] = ("STRING", {"multiline": True, "default": "",
                                                          "tooltip": "what the reference audio says"})
-                optional["transcriber"] = (MODEL, {"tooltip": "a Whisper Loader's model: transcribes the "
-                                                              "reference when reference_text is empty"})
+                # lazy: the host runs the Whisper loader (which may download a model) only when
+                # check_lazy_status asks for it, i.e. when there is a reference and no transcript
+                optional["transcriber"] = (MODEL, {"lazy": True, "tooltip": "a Whisper Loader's model: transcribes "
+                                                                            "the reference when reference_text is "
+                                                                            "empty"})
         return {"required": required, "optional": optional, "hidden": {"unique_id": "UNIQUE_ID"}}
 
     def generate(self, model, text, seed, unique_id=None, reference_audio=None, reference_text=None,
@@ -99,6 +102,17 @@ def make_speaker(spec: EngineSpec) -> type:
         return {"ui": {"report": [report]},
                 "result": (comfy_audio(speech.waveform, speech.sample_rate), report)}
 
+    def check_lazy_status(self, model=None, text=None, seed=None, unique_id=None, reference_audio=None,
+                          reference_text=None, transcriber=None, **params):
+        """The inputs still to be evaluated: the transcriber, only when it will transcribe."""
+        if transcriber is not None or reference_audio is None or (reference_text or "").strip():
+            return []
+        try:
+            values = spec.check_speak_params(params)
+        except InputError:
+            return []  # generate() reports the bad parameter
+        return ["transcriber"] if spec.reference.needs_transcript(values) else []
+
     return type(_class_name(spec, "Speak"), (), {
         "INPUT_TYPES": classmethod(INPUT_TYPES),
         "RETURN_TYPES": (AUDIO, "STRING"),
@@ -107,6 +121,8 @@ def make_speaker(spec: EngineSpec) -> type:
         "CATEGORY": f"{CATEGORY}/{spec.display_name}",
         "DESCRIPTION": f"Speak a text with {spec.display_name}; returns the audio and a JSON run report.",
         "generate": generate,
+        **({"check_lazy_status": check_lazy_status} if spec.reference is not None and spec.reference.transcript
+           else {}),
     })
 
 

@@ -264,6 +264,30 @@ def test_speak_nodes_of_transcript_reading_engines_take_a_transcriber(pack):
     assert "transcriber" not in factory.make_speaker(engines.get("dummy")).INPUT_TYPES()["optional"]
 
 
+def test_the_transcriber_is_evaluated_only_when_it_will_transcribe(pack):
+    """The transcriber input is lazy: ComfyUI runs the Whisper loader feeding it (which may download a model)
+    only when check_lazy_status asks, i.e. with a reference and no transcript (and, for VoxCPM, a clone mode
+    that reads the transcript)."""
+    classes = pack.NODE_CLASS_MAPPINGS
+    for name in ("MizuotoF5TTSSpeak", "MizuotoVoxCPMSpeak"):
+        node, inputs = classes[name](), classes[name].INPUT_TYPES()
+        assert inputs["optional"]["transcriber"][1]["lazy"] is True
+        params = {k: (v[1]["default"] if v[0] != "MIZUOTO_MODEL" else None)
+                  for k, v in inputs["required"].items() if k not in ("model", "text", "seed")}
+        audio = {"waveform": None, "sample_rate": 24000}
+        assert node.check_lazy_status(None, "hi", 0, reference_audio=audio, reference_text="", **params) == \
+            ["transcriber"]
+        assert node.check_lazy_status(None, "hi", 0, reference_audio=audio, reference_text="Said.", **params) == []
+        assert node.check_lazy_status(None, "hi", 0, reference_audio=None, reference_text="", **params) == []
+    voxcpm = classes["MizuotoVoxCPMSpeak"]()
+    params = {k: v[1]["default"] for k, v in classes["MizuotoVoxCPMSpeak"].INPUT_TYPES()["required"].items()
+              if k not in ("model", "text", "seed")}
+    params["clone_mode"] = "reference"  # the voice alone: no transcript read
+    assert voxcpm.check_lazy_status(None, "hi", 0, reference_audio={"waveform": None}, reference_text="",
+                                    **params) == []
+    assert not hasattr(classes["MizuotoDummySpeak"](), "check_lazy_status")  # no transcriber input
+
+
 def test_weights_are_reused_while_any_load_of_them_lives(pack, loader):
     """ComfyUI drops a loader's old output when its policy changes (the rebind lives on), and a
     workflow may drop a rebind while the first load lives: either way the next load reuses the weights."""

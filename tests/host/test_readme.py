@@ -3,6 +3,7 @@ models the way `--model` takes them, and no command block has loose option lines
 
 import re
 import shlex
+
 import tomllib
 
 from mizuoto import cli, engines
