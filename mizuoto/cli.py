@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("engines", help="list the engines and their parameters")
 
-    doctor = sub.add_parser("doctor", help="report the environment, settings and engines as JSON")
+    doctor = sub.add_parser("doctor", help="report the environment, settings, engines and models as JSON")
     doctor.add_argument("--settings", metavar="FILE", help="settings file to check")
+    doctor.add_argument("--text", action="store_true", help="print the report for reading, not as JSON")
 
     save = sub.add_parser("save-dummy", help="write the dummy engine's weights to a safetensors file")
     save.add_argument("path", metavar="PATH.safetensors")
@@ -301,7 +302,8 @@ def cmd_engines(args) -> int:
 def cmd_doctor(args) -> int:
     from mizuoto import doctor
 
-    print(json.dumps(doctor.report(settings_file=args.settings), indent=2))
+    report = doctor.report(settings_file=args.settings)
+    print(doctor.readable(report) if args.text else json.dumps(report, indent=2))
     return 0
 
 

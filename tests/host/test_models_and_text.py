@@ -194,3 +194,11 @@ def test_a_200_kb_text_file_is_no_shell_limit_and_the_dummy_names_its_own(tmp_pa
                                "-o", str(tmp_path / "o.wav"))
     assert code == 2 and stderr.count("\n") == 1 and "text is too long for the dummy engine" in stderr
     assert "1022" in stderr and not (tmp_path / "o.wav").exists()
+
+
+def test_doctor_text_is_the_readable_report(capsys):
+    code, stdout, _ = run_main(capsys, "doctor", "--text")
+    assert code == 0 and stdout.startswith("Mizuoto Doctor")
+    for heading in ("What runs here", "Engines and their models", "Settings in force"):
+        assert heading in stdout
+    assert "put models in:" in stdout and "hf:openai/whisper-tiny" in stdout
