@@ -11,7 +11,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK"
 [ -d "$WORK/ComfyUI" ] || git clone --depth 1 https://github.com/Comfy-Org/ComfyUI "$WORK/ComfyUI"
 [ -x "$WORK/venv/bin/python" ] || python3 -m venv "$WORK/venv"
-"$WORK/venv/bin/pip" install -q torch torchvision torchaudio
+# a set known to import together on the CPU (ComfyUI imports torchvision and torchaudio)
+"$WORK/venv/bin/pip" install -q torch==2.14.1 torchvision==0.29.1 torchaudio==2.11.1
 "$WORK/venv/bin/pip" install -q -r "$WORK/ComfyUI/requirements.txt"
 "$WORK/venv/bin/pip" install -q tiktoken "pypinyin==0.55.*" "rjieba==0.2.*" "soundfile>=0.12.1" "soxr>=0.3.2"
 if [ ! -f "$WORK/frontend-newest/comfyui_frontend_package/static/index.html" ]; then
