@@ -85,12 +85,23 @@ def cross_fade(waves: Sequence, sample_rate: int = SAMPLE_RATE,
         raise InputError(f"cross_fade joins 1-D waves, got shapes {[a.shape for a in arrays]}")
     if cross_fade_duration <= 0:
         return np.concatenate(arrays)
-    joined = arrays[0]
+    if len(arrays) == 1:
+        return arrays[0]
+    # Upstream rebuilds the whole result at every join (quadratic in the number of chunks: minutes for a long
+    # text); here only the last `width` samples, the most an overlap can reach back, stay in `tail`, the rest is
+    # set aside once. The same products and sums, so the same values; float32 pieces set aside before the
+    # first overlap are widened exactly when everything is joined (upstream widens them at that overlap).
+    width = int(cross_fade_duration * sample_rate)
+    done, tail, total = [], arrays[0], len(arrays[0])
     for following in arrays[1:]:
-        overlap = min(int(cross_fade_duration * sample_rate), len(joined), len(following))
+        overlap = min(width, total, len(following))
         if overlap <= 0:
-            joined = np.concatenate([joined, following])
-            continue
-        faded = joined[-overlap:] * np.linspace(1, 0, overlap) + following[:overlap] * np.linspace(0, 1, overlap)
-        joined = np.concatenate([joined[:-overlap], faded, following[overlap:]])
-    return joined
+            tail = np.concatenate([tail, following])
+        else:
+            faded = tail[-overlap:] * np.linspace(1, 0, overlap) + following[:overlap] * np.linspace(0, 1, overlap)
+            tail = np.concatenate([tail[:-overlap], faded, following[overlap:]])
+        total += len(following) - overlap
+        if len(tail) > width:
+            done.append(tail[:len(tail) - width])
+            tail = tail[len(tail) - width:]
+    return np.concatenate([*done, tail])
