@@ -23,8 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from local_server import WebSocket, free_port, stop
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 if not COMFYUI_DIR:
@@ -63,68 +62,21 @@ class CDP:
     def __init__(self, ws_url: str, timeout: float = 30.0):
         host, rest = ws_url.removeprefix("ws://").split("/", 1)
         hostname, port = host.split(":")
-        self.sock = socket.create_connection((hostname, int(port)), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /{rest} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise ConnectionError("the DevTools websocket closed during the handshake")
-            head += chunk
-        head, self.buffer = head.split(b"\r\n\r\n", 1)
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise ConnectionError(f"no websocket upgrade: {head[:200]!r}")
+        self.ws = WebSocket(hostname, int(port), f"/{rest}", timeout)
         self.next_id = 0
         self.console: list[str] = []
 
-    def _send_frame(self, payload: bytes, opcode: int = 1) -> None:
-        mask = os.urandom(4)
-        n = len(payload)
-        head = bytes([0x80 | opcode])
-        if n < 126:
-            head += bytes([0x80 | n])
-        elif n < 65536:
-            head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
-        else:
-            head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
-        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-
-    def _read(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the DevTools websocket closed")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
+    def _send_frame(self, payload: bytes) -> None:
+        self.ws.send(payload)
 
     def _message(self) -> dict:
-        payload = b""
-        while True:
-            b0, b1 = self._read(2)
-            size = b1 & 0x7F
-            if size == 126:
-                size = int.from_bytes(self._read(2), "big")
-            elif size == 127:
-                size = int.from_bytes(self._read(8), "big")
-            data = self._read(size)
-            opcode = b0 & 0x0F
-            if opcode == 9:
-                self._send_frame(data, opcode=10)
-                continue
-            if opcode == 8:
-                raise ConnectionError("the browser closed the DevTools websocket")
-            payload += data
-            if b0 & 0x80:
-                return json.loads(payload)
+        return json.loads(self.ws.receive()[1])
 
     def call(self, method: str, timeout: float = 60.0, **params):
         self.next_id += 1
         my_id = self.next_id
         self._send_frame(json.dumps({"id": my_id, "method": method, "params": params}).encode())
-        self.sock.settimeout(timeout)
+        self.ws.settimeout(timeout)
         while True:
             message = self._message()
             if message.get("method") == "Runtime.consoleAPICalled":
@@ -173,23 +125,7 @@ class CDP:
             self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
     def close(self) -> None:
-        self.sock.close()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=20)
+        self.ws.close()
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +159,7 @@ def browser(tmp_path_factory):
         yield cdp
         cdp.close()
     finally:
-        _stop(proc)
+        stop(proc)
         log.close()
 
 
@@ -259,7 +195,7 @@ def host(request, tmp_path_factory):
     (base / "custom_nodes" / PACK).symlink_to(REPO, target_is_directory=True)
     if TINY_VOXCPM.is_dir():  # an installed model for the Doctor to list
         shutil.copytree(TINY_VOXCPM, base / "models" / "tts" / "voxcpm" / "tiny_v2")
-    port = _free_port()
+    port = free_port()
     args = [python, str(comfy_dir / "main.py"), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
             "--disable-auto-launch", "--base-directory", str(base)]
     if "--database-url" in cli:
@@ -293,7 +229,7 @@ def host(request, tmp_path_factory):
         server.name = request.param
         yield server
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @pytest.fixture

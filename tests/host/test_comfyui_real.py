@@ -13,11 +13,9 @@ link to this checkout, so the ComfyUI checkout itself is left untouched. HTTP wi
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +26,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from local_server import WebSocket, free_port, stop
 
 COMFYUI_DIR = os.environ.get("COMFYUI_DIR")
 if not COMFYUI_DIR:
@@ -51,11 +50,6 @@ LONG_TEXT = ("Hello there. " * 80)[:1000]
 
 
 # -- the server -----------------------------------------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -121,62 +115,22 @@ class Server:
 
 
 class Events:
-    """ComfyUI's /ws event stream, read with a minimal RFC 6455 client (stdlib only, text frames)."""
+    """ComfyUI's /ws event stream (tests/host/ws_client.py)."""
 
     def __init__(self, server: Server, client_id: str, timeout: float = 10.0):
         host, port = server.url.removeprefix("http://").split(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /ws?clientId={client_id} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                           f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                           "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(4096)
-            if not chunk:
-                raise ConnectionError("the websocket closed during the handshake")
-            head += chunk
-        head, self.buffer = head.split(b"\r\n\r\n", 1)
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise ConnectionError(f"no websocket upgrade: {head[:200]!r}")
-
-    def _read(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the websocket closed")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
-        return data
+        self.ws = WebSocket(host, int(port), f"/ws?clientId={client_id}", timeout)
 
     def next(self, deadline: float) -> dict:
         """The next JSON event ({"type", "data"}); binary frames (previews) are skipped."""
-        payload = b""
         while True:
-            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
-            b0, b1 = self._read(2)
-            size = b1 & 0x7F
-            if size == 126:
-                size = int.from_bytes(self._read(2), "big")
-            elif size == 127:
-                size = int.from_bytes(self._read(8), "big")
-            mask = self._read(4) if b1 & 0x80 else None
-            data = self._read(size)
-            if mask:
-                data = bytes(c ^ mask[i % 4] for i, c in enumerate(data))
-            opcode = b0 & 0x0F
-            if opcode == 8:
-                raise ConnectionError("the server closed the websocket")
-            if opcode in (0, 1, 2):
-                payload += data
-                if b0 & 0x80:  # final fragment
-                    if opcode == 2 or not payload.startswith(b"{"):
-                        payload = b""
-                        continue
-                    return json.loads(payload)
+            self.ws.settimeout(max(deadline - time.monotonic(), 0.01))
+            opcode, payload = self.ws.receive()
+            if opcode == 1 and payload.startswith(b"{"):
+                return json.loads(payload)
 
     def close(self) -> None:
-        self.sock.close()
+        self.ws.close()
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +143,7 @@ def comfy(tmp_path_factory) -> Server:
     cli = (comfy_dir / "comfy" / "cli_args.py").read_text(errors="replace")
 
     base = tmp_path_factory.mktemp("comfyui")
-    port = _free_port()
+    port = free_port()
     args = [python, str(main), "--cpu", "--listen", "127.0.0.1", "--port", str(port), "--disable-auto-launch"]
     linked = None  # a link made inside COMFYUI_DIR, removed at the end
     if "--base-directory" in cli:
@@ -241,13 +195,7 @@ def comfy(tmp_path_factory) -> Server:
             time.sleep(0.5)
         yield server
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=20)
+        stop(proc)
         log_file.close()
         if linked is not None and linked.is_symlink():
             linked.unlink()
@@ -368,8 +316,13 @@ def test_voxcpm_example_workflow_clones_a_voice(comfy):
             node["inputs"].update(max_len=6, min_len=6, retry_badcase=False, reference_text="a prompt")
         elif node["class_type"] == "SaveAudio":
             node["inputs"]["filename_prefix"] = "mizuoto_voxcpm"
-    entry = comfy.run(graph)
     (speak_id,) = [i for i, n in graph.items() if n["class_type"] == "MizuotoVoxCPMSpeak"]
+    # A Whisper loader on the transcriber input, as the UI example has one, naming a download: the input is
+    # lazy and the transcript is given, so the host never runs that loader (no network here: it would fail).
+    graph["90"] = {"class_type": "MizuotoWhisperLoader",
+                   "inputs": {"model": "hf:openai/whisper-tiny", "device": "cpu", "dtype": "float32"}}
+    graph[speak_id]["inputs"]["transcriber"] = ["90", 0]
+    entry = comfy.run(graph)
     report = json.loads(entry["outputs"][speak_id]["report"][0])
     assert report["engine"] == "voxcpm" and report["sample_rate"] == 48000, report
     assert report["samples"] == 6 * 4 * 96 and report["speak"]["clone_mode"] == "continuation", report
