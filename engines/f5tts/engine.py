@@ -129,9 +129,44 @@ def speak(loaded: F5Loaded, gen_text: str, ctx: RequestContext, params: dict,
                               ref_samples_24k=ref_24k.shape[-1], speed=params["speed"],
                               fix_duration=params["fix_duration"] or None,
                               cross_fade_duration=params["cross_fade_duration"])
+    check_lengths(loaded, chunks, text.reference_frames(ref_24k.shape[-1]), bool(params["fix_duration"]))
     waves = generate(loaded, ref_24k, rms, chunks, ctx, params)
     joined = audio.cross_fade(waves, SAMPLE_RATE, params["cross_fade_duration"])
     return torch.from_numpy(joined).to(torch.float32)[None], SAMPLE_RATE
+
+
+def frame_limit(model) -> int | None:
+    """The most mel frames (reference included) the model's text positions cover, or None: the DiT adds a
+    fixed table of 8192 positions to its text features and upstream fails beyond it (a shape mismatch);
+    E2-TTS repeats its last position, and a model without ConvNeXt text blocks has no table."""
+    embeddings = model.text_embed
+    if not len(embeddings.text_blocks) or embeddings.clamp_positions:
+        return None
+    return embeddings.max_positions
+
+
+def _excerpt(words: str, n: int = 40) -> str:
+    words = " ".join(words.split())
+    return words if len(words) <= n else words[:n - 1] + "…"
+
+
+def check_lengths(loaded: F5Loaded, chunks: list[text.Chunk], ref_frames: int, fixed: bool = False) -> None:
+    """A one-line InputError, before anything is generated, for a chunk longer than the model's positions
+    (a sentence with no break, or a long fixed duration); every other length runs as upstream's."""
+    limit = frame_limit(loaded.model)
+    if limit is None:
+        return
+    for i, chunk in enumerate(chunks):
+        ids = text.tokens_to_ids(text.convert_char_to_pinyin([chunk.text]), loaded.vocab)[0]
+        frames = flow.total_frames(ids, ref_frames, chunk.frames)
+        if frames > limit:
+            where = f"chunk {i + 1} of {len(chunks)}" if len(chunks) > 1 else "the text"
+            raise InputError(
+                f"{where} ({_excerpt(chunk.gen_text)!r}, {len(chunk.gen_text.encode('utf-8')):,} bytes) would take "
+                f"{frames:,} mel frames with the reference; this F5-TTS model covers at most {limit:,} "
+                f"({limit * text.HOP_LENGTH / SAMPLE_RATE:.1f} s, reference included): break it into sentences "
+                f"(. , ; : ! ? followed by a space, or their full-width forms)"
+                + (", or lower fix_duration" if fixed else ""))
 
 
 def generate(loaded: F5Loaded, ref_24k: torch.Tensor, rms: torch.Tensor, chunks: list[text.Chunk],
