@@ -172,19 +172,34 @@ def request(loaded: VoxLoaded, text: str, ctx: RequestContext, params: dict,
                          "VoxCPM2)")
     target = clean_text(f"({control}){text}" if control else text)
     tokenizer = loaded.tokenizer
+    ids = tokenizer((prompt_audio[2] if prompt_audio is not None else "") + target)
+    limit, name = position_limit(loaded)
+    if len(ids) + 1 > limit:  # the text alone (and the audio start): refused before any audio is encoded
+        raise InputError(f"the text is {len(ids):,} tokens, more than this model's {name} {limit:,} (the positions "
+                         f"of the text, the audio prompts and the generated patches together); shorten the text "
+                         f"or split it")
     with ctx.step(), torch.inference_mode():
         prompt_feats = reference_feats = None
         if reference is not None:
             reference_feats = _encode(loaded, reference[0], reference[1], left_pad=False)
         if prompt_audio is not None:
             prompt_feats = _encode(loaded, prompt_audio[0], prompt_audio[1], left_pad=True)
-        ids = tokenizer((prompt_audio[2] if prompt_audio is not None else "") + target)
         prefill = prompt.build(version, ids, loaded.config.patch_size, loaded.vae.latent_dim, prompt_feats,
                                reference_feats)
     flow = FlowOptions(n_timesteps=int(params.get("inference_timesteps", 10)),
                        cfg_value=float(params.get("cfg_value", 2.0)), mean_mode=loaded.config.dit_mean_mode)
     return Request(prefill, len(tokenizer(target)), flow, int(params.get("max_len", 4096)),
                    int(params.get("min_len", 2)))
+
+
+def position_limit(loaded: VoxLoaded) -> tuple[int, str]:
+    """The positions a request's prefill and generated patches share, and the setting that sets them: the
+    static cache's max_length (config.json), or the LMs' RoPE table (lm_config.max_position_embeddings)
+    where that is shorter."""
+    positions = loaded.net.lm_config.max_position_embeddings
+    if positions < loaded.config.max_length:
+        return positions, "max_position_embeddings"
+    return loaded.config.max_length, "max_length"
 
 
 def _attempt_limit(request: Request, params: dict) -> int:
@@ -194,7 +209,7 @@ def _attempt_limit(request: Request, params: dict) -> int:
 
 def _generate(loaded: VoxLoaded, request: Request, ctx: RequestContext, params: dict):
     return iterate_patches(loaded.net, loaded.steps(), request.prefill, request.flow, ctx,
-                           _attempt_limit(request, params), request.min_len, loaded.config.max_length)
+                           _attempt_limit(request, params), request.min_len, *position_limit(loaded))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -88,16 +88,35 @@ def _prefill(net: VoxCPMNet, prefill: Prefill, capacity: int):
     return states[:, -1, :], residual_states[:, -1, :], feats[:, -1], base_cache, residual_cache
 
 
+def certain_steps(max_len: int, min_len: int) -> int:
+    """The LM steps an attempt of at most `max_len` patches runs whatever the stop head says: one after
+    every patch but the last, and the stop head is heeded only after `min_len`."""
+    return max(min(min_len + 1, max_len - 1), 0)
+
+
+def check_positions(length: int, max_len: int, min_len: int, max_length: int, name: str = "max_length") -> None:
+    """A one-line InputError when a prefill of `length` positions cannot be generated from within the model's
+    `max_length` positions (upstream fails there: its cache or its RoPE table is too short)."""
+    certain = certain_steps(max_len, min_len)
+    if length + certain > max_length:
+        steps = f" and its first {certain} patches {certain} more" if length <= max_length else ""
+        raise InputError(f"the text and audio prompts take {length:,} positions{steps}, more than this model's "
+                         f"{name} {max_length:,}; shorten the text or the reference audio, or split the text")
+
+
 def iterate_patches(net: VoxCPMNet, steps: Steps, prefill: Prefill, options: FlowOptions, ctx: RequestContext,
-                    max_len: int, min_len: int, max_length: int) -> Iterator[tuple[torch.Tensor, Attempt]]:
+                    max_len: int, min_len: int, max_length: int,
+                    name: str = "max_length") -> Iterator[tuple[torch.Tensor, Attempt]]:
     """Generate one attempt: yields (new patch (1, patch, feat_dim), the attempt so far) per patch. At
     most `max_len` patches; the stop head may end it after `min_len`. `max_length` is the model's
-    (upstream's static cache size): a prefill and generation that would pass it are refused."""
+    positions (upstream's static cache size, or its RoPE table when shorter, `name` says which): a prefill
+    that cannot start within them is refused before it runs, a generation that reaches their end stops
+    with an error (upstream's cache raises there)."""
     needed = prefill.length + max_len - 1  # positions written: the prefill and every step but the last
-    if prefill.length > max_length:
-        raise InputError(f"the text and audio prompts take {prefill.length} positions, more than this model's "
-                         f"max_length {max_length}; shorten the text or the reference audio")
+    check_positions(prefill.length, max_len, min_len, max_length, name)
     capacity = min(capacity_for(needed), max(max_length, capacity_for(prefill.length)))
+    if name != "max_length":  # a RoPE table holds no row past its end, rounded or not
+        capacity = min(capacity, max_length)
     generator = ctx.generator_for(net.device)
     sampler = steps.sampler(options)
     with ctx.step(), torch.inference_mode():
@@ -116,8 +135,8 @@ def iterate_patches(net: VoxCPMNet, steps: Steps, prefill: Prefill, options: Flo
         ctx.progress(i + 1, max_len)
         if i == max_len - 1 or (i > min_len and bool(stop)):  # the one device read of the step
             return
-        if base_cache.length >= base_cache.capacity:
-            raise InputError(f"the speech reached this model's max_length ({max_length} positions) before it "
+        if base_cache.length >= min(base_cache.capacity, max_length):
+            raise InputError(f"the speech reached this model's {name} ({max_length:,} positions) before it "
                              f"ended; shorten the text or the reference audio, or lower max_len")
         with ctx.step(), torch.inference_mode():
             lm_hidden = steps.base(embed, base_cache.position(), base_cache).clone()
