@@ -35,6 +35,9 @@ class DecoderShape:
     rope_theta: float
     rms_norm_eps: float
     attention_bias: bool  # on q, k, v and o alike (Qwen3's attention_bias)
+    # the positions the model was trained for (upstream computes RoPE for any position and checks nothing;
+    # the engine refuses prompts that leave no room within them and stops generating at the last one)
+    max_position_embeddings: int = 32768
 
     def qwen(self) -> QwenConfig:
         return QwenConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
@@ -154,7 +157,8 @@ def _decoder(d: dict, defaults: dict, where: str) -> DecoderShape:
         num_layers=int(get("num_hidden_layers")), num_heads=heads,
         num_kv_heads=int(heads if kv_heads is None else kv_heads),
         head_dim=int(get("head_dim") or hidden // heads), rope_theta=float(get("rope_theta")),
-        rms_norm_eps=float(get("rms_norm_eps")), attention_bias=bool(get("attention_bias", False)))
+        rms_norm_eps=float(get("rms_norm_eps")), attention_bias=bool(get("attention_bias", False)),
+        max_position_embeddings=int(get("max_position_embeddings", 32768)))
 
 
 # upstream's constructor defaults, used for entries a config.json leaves out

@@ -206,6 +206,10 @@ def build_request(loaded: QwenLoaded, text_ids, ctx: RequestContext, params: dic
     _check_kind(loaded, params, reference, instruct_ids)
     if instruct_ids is not None and prompt.drops_instruct(loaded.config):
         instruct_ids = None  # upstream ignores instructions on the 0.6B CustomVoice model
+    # every text id takes a position, in the prefill or one per frame: refuse before any encoding
+    clone = loaded.kind == "base" and not params.get("x_vector_only", False)
+    _check_room(loaded, text_ids, _id_count(instruct_ids) +
+                (_id_count(reference_ids, prompt.ROLE + prompt.REF_TAIL) if clone else 0))
     talker, config = loaded.talker, loaded.config
     non_streaming = _non_streaming(loaded, params.get("non_streaming_mode", "auto"))
     x_vector = codes = None
@@ -222,7 +226,35 @@ def build_request(loaded: QwenLoaded, text_ids, ctx: RequestContext, params: dic
                                     speaker=chosen_speaker(params), x_vector=x_vector, instruct_ids=instruct_ids,
                                     reference_ids=reference_ids if codes is not None else None,
                                     reference_codes=codes, non_streaming=non_streaming)
-    return Request(built, generation_settings(loaded, params), codes)
+    positions = built.embeds.shape[1] + built.trailing.shape[1]
+    _check_room(loaded, text_ids, positions=positions)
+    settings = generation_settings(loaded, params)
+    # frame t's talker forward sits at position (prefill) + t, and max_new_tokens draws forward at most
+    # max_new_tokens - 1 frames: stop at the last position the model was trained for (upstream goes on past it)
+    room = loaded.config.talker.decoder.max_position_embeddings - built.embeds.shape[1]
+    if settings.max_new_tokens > room + 1:
+        settings = replace(settings, max_new_tokens=room + 1)
+    return Request(built, settings, codes)
+
+
+def _id_count(ids, template: int = 0) -> int:
+    """How many ids a tokenized template holds, less `template` ids of its frame (0 for none)."""
+    return 0 if ids is None else max(int(torch.as_tensor(ids).shape[-1]) - template, 0)
+
+
+def _check_room(loaded: QwenLoaded, text_ids, others: int = 0, positions: int | None = None) -> None:
+    """A one-line InputError when the prompt and the text take the talker's every position (its
+    max_position_embeddings) and leave none for speech. `positions`: the prefill and the ids fed one per
+    frame, when built; before that, a lower bound: the text's ids and `others` (instruct, transcript)."""
+    limit = loaded.config.talker.decoder.max_position_embeddings
+    text = _id_count(text_ids, prompt.ROLE + prompt.TAIL)
+    needed = text + others if positions is None else positions
+    if needed >= limit:
+        what = f"the prompt takes {needed:,} positions with it" if positions is not None else \
+            f"{needed:,} with the instruct or the reference transcript" if others else ""
+        raise InputError(f"the text is {text:,} tokens{'; ' + what if what else ''}; Qwen3-TTS reads at most "
+                         f"{limit:,} positions (its max_position_embeddings), the prompt and the frames it "
+                         f"generates together: shorten the text or split it")
 
 
 def _batch(loaded: QwenLoaded, request: Request) -> prompt.Batch:
