@@ -46,15 +46,16 @@ def draw_card(workflow: Path) -> Image.Image:
     engine, _, description = workflow.stem.partition(" - ")
     image = Image.new("RGB", (SIZE, SIZE), BACKGROUND)
     draw = ImageDraw.Draw(image)
-    draw.text((28, 24), "MIZUOTO", font=font(16), fill=ACCENT)
-    draw.text((28, 48), engine, font=font(40), fill=TEXT)
-    y = 100
+    # The newest frontend lays a "Node graph" badge over the top-left corner: the text starts below it.
+    draw.text((SIZE - 28, 24), "MIZUOTO", font=font(16), fill=ACCENT, anchor="ra")
+    draw.text((28, 64), engine, font=font(40), fill=TEXT)
+    y = 116
     for line in textwrap.wrap(description, 34)[:3]:
         draw.text((28, y), line, font=font(22), fill=MUTED)
         y += 28
 
     # The graph, scaled into the panel below the text.
-    top, margin = max(y + 16, 200), 28
+    top, margin = max(y + 16, 216), 28
     draw.rounded_rectangle((margin - 12, top - 12, SIZE - margin + 12, SIZE - 20), 14, fill=PANEL)
     nodes = {n["id"]: n for n in graph["nodes"]}
     x0 = min(n["pos"][0] for n in nodes.values())

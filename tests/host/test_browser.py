@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -381,10 +382,9 @@ def test_run_summary_inside_the_node_and_the_doctor_dialog(browser, host, shots,
     assert dialog["closeVisible"] and "Close" in dialog["footer"], dialog
     assert "Attention on cpu:" in dialog["text"] and "Dummy (dummy)" in dialog["text"]
     assert "built-in weights: nothing to install" in dialog["text"]
-    if (REPO / "mizuoto" / "host" / "catalog.py").is_file():
-        assert "put models in:" in dialog["text"] and "models/tts/voxcpm" in dialog["text"], dialog["text"]
-        if TINY_VOXCPM.is_dir():
-            assert "installed: voxcpm/tiny_v2" in dialog["text"], dialog["text"]
+    assert "put models in:" in dialog["text"] and "models/tts/voxcpm" in dialog["text"], dialog["text"]
+    if TINY_VOXCPM.is_dir():
+        assert "installed: voxcpm/tiny_v2" in dialog["text"], dialog["text"]
     assert "{" not in dialog["text"], "the dialog shows JSON"
     browser.click(*dialog["close"])
     browser.wait("!document.querySelector('dialog.mizuoto-doctor')", 10, "the dialog to close")
@@ -399,3 +399,55 @@ def test_run_summary_inside_the_node_and_the_doctor_dialog(browser, host, shots,
     browser.js("document.querySelectorAll('.p-dialog-close-button, .p-dialog-header-close').forEach((b) => b.click())")
     time.sleep(0.5)
     browser.screenshot(shots / f"{label}-failed.png")
+
+
+EXAMPLES = sorted(p.stem for p in (REPO / "workflows").glob("*.json"))
+
+# The template browser's entry for the pack (its folder name), clicked wherever this frontend shows it.
+OPEN_PACK = """((pack) => {
+  const leaves = [...document.querySelectorAll('.p-dialog *, [role=dialog] *')]
+    .filter((e) => e.offsetParent && e.textContent.trim() === pack);
+  const target = leaves.find((e) => e.childElementCount === 0) || leaves[0];
+  if (!target) return false;
+  (target.closest('[role=option], li, button, a') || target).click();
+  return true;
+})"""
+
+# Each example's card: its title on the page, and the thumbnails shown (the frontend fetches each
+# <name>.jpg and shows it from a blob: URL; ours are 512 x 512, which the host's own thumbnails are not).
+CARDS = """((names) => {
+  const text = document.body.innerText;
+  const shown = [...document.querySelectorAll('.p-dialog img, [role=dialog] img')]
+    .filter((i) => i.complete && i.naturalWidth === 512 && i.naturalHeight === 512);
+  return { titles: names.filter((n) => text.includes(n)), thumbnails: shown.length };
+})"""
+
+
+def test_the_template_browser_lists_every_example_with_title_and_thumbnail(browser, host, shots):
+    """Point 6: ComfyUI lists workflows/*.json as the pack's templates; the browser shows each under its file
+    name (the title, which carries the one-line description) with the .jpg beside it as its thumbnail."""
+    listed = json.loads(urllib.request.urlopen(host.url + "/api/workflow_templates", timeout=10).read())
+    assert sorted(listed.get(PACK, [])) == EXAMPLES, listed
+    open_page(browser, host, False)
+    browser.js("window.app.extensionManager.command.execute('Comfy.BrowseTemplates')")
+    browser.wait(f"({OPEN_PACK})({json.dumps(PACK)})", 30, f"the pack's entry in the template browser ({host.name})")
+    time.sleep(1.0)
+    browser.screenshot(shots / f"{host.name}-templates.png")
+    # every card's title and thumbnail, scrolled through (cards below the fold may be rendered, and their
+    # images loaded, only once they come into view)
+    seen_titles, most_thumbnails = set(), 0
+    for _ in range(8):
+        cards = browser.js(f"({CARDS})({json.dumps(EXAMPLES)})")
+        seen_titles.update(cards["titles"])
+        most_thumbnails = max(most_thumbnails, cards["thumbnails"])
+        if len(seen_titles) == len(EXAMPLES) and most_thumbnails >= len(EXAMPLES):
+            break
+        browser.js("document.querySelectorAll('.p-dialog *, [role=dialog] *').forEach((e) => {"
+                   " if (e.scrollHeight > e.clientHeight + 4) e.scrollTop += 400; })")
+        time.sleep(0.75)
+    assert sorted(seen_titles) == EXAMPLES, (seen_titles, cards)
+    assert most_thumbnails >= 3, cards  # at least the first row's, as loaded pictures
+    for name in EXAMPLES:  # and each one is served where the browser asks for it
+        url = f"{host.url}/api/workflow_templates/{urllib.parse.quote(PACK)}/{urllib.parse.quote(name)}.jpg"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.read(3) == b"\xff\xd8\xff", name
