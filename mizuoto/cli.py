@@ -300,10 +300,10 @@ def cmd_engines(args) -> int:
 
 
 def cmd_doctor(args) -> int:
-    from mizuoto import doctor
+    from mizuoto import doctor, doctor_text
 
     report = doctor.report(settings_file=args.settings)
-    print(doctor.readable(report) if args.text else json.dumps(report, indent=2))
+    print(doctor_text.readable(report) if args.text else json.dumps(report, indent=2))
     return 0
 
 

@@ -17,11 +17,12 @@ def report_json() -> str:
 
 def readable_json() -> str:
     """The report with its readable forms: {"title", "sections", "text", "summary", "report"}."""
-    from mizuoto import doctor
+    from mizuoto import doctor, doctor_text
 
     rep = doctor.report()
-    return json.dumps({"title": doctor.TITLE, "sections": doctor.sections(rep), "text": doctor.readable(rep),
-                       "summary": doctor.summary(rep), "report": rep}, indent=2)
+    return json.dumps({"title": doctor_text.TITLE, "sections": doctor_text.sections(rep),
+                       "text": doctor_text.readable(rep), "summary": doctor_text.summary(rep), "report": rep},
+                      indent=2)
 
 
 class MizuotoDoctor:
@@ -44,12 +45,12 @@ class MizuotoDoctor:
         return float("nan")  # the machine may have changed: always run
 
     def examine(self):
-        from mizuoto import doctor
+        from mizuoto import doctor, doctor_text
 
         rep = doctor.report()
         text = json.dumps(rep, indent=2)
         # "text": the JSON (kept for older front ends); "summary": the lines web/mizuoto.js shows on the node.
-        return {"ui": {"text": [text], "summary": [doctor.summary(rep)]}, "result": (text,)}
+        return {"ui": {"text": [text], "summary": [doctor_text.summary(rep)]}, "result": (text,)}
 
 
 def register_route() -> bool:

@@ -1,11 +1,11 @@
-"""The doctor report for a person (mizuoto.doctor.sections, readable, summary), from a fixed report: no
+"""The doctor report for a person (mizuoto.doctor_text: sections, readable, summary), from a fixed report: no
 probes, no torch calls."""
 
 from __future__ import annotations
 
 import copy
 
-from mizuoto import doctor
+from mizuoto import doctor_text
 
 REPORT = {
     "mizuoto": "0.1.0", "python": "3.11.7", "platform": "Linux-x86_64", "torch": "2.13.0+cpu",
@@ -50,12 +50,12 @@ REPORT = {
 
 
 def items_of(report, title):
-    (section,) = [s for s in doctor.sections(report) if s["title"] == title]
+    (section,) = [s for s in doctor_text.sections(report) if s["title"] == title]
     return section["items"]
 
 
 def test_three_sections_in_order():
-    assert [s["title"] for s in doctor.sections(REPORT)] == [
+    assert [s["title"] for s in doctor_text.sections(REPORT)] == [
         "What runs here", "Engines and their models", "Settings in force"]
 
 
@@ -113,7 +113,7 @@ def test_settings_in_force_say_where_each_comes_from():
 
 
 def test_readable_text_has_a_title_sections_and_commands_on_their_own_line():
-    text = doctor.readable(REPORT)
+    text = doctor_text.readable(REPORT)
     lines = text.splitlines()
     assert lines[0] == "Mizuoto Doctor (Mizuoto 0.1.0)"
     for title in ("What runs here", "Engines and their models", "Settings in force"):
@@ -126,7 +126,7 @@ def test_readable_text_has_a_title_sections_and_commands_on_their_own_line():
 
 
 def test_summary_for_the_node():
-    assert doctor.summary(REPORT).splitlines() == [
+    assert doctor_text.summary(REPORT).splitlines() == [
         "torch 2.13.0+cpu · CPU only (no CUDA GPU)",
         "attention on cpu: math, cpu_flash",
         "not installed (optional): flash-attn",
@@ -140,6 +140,6 @@ def test_an_older_report_without_kernels_or_models_still_reads():
     del report["acceleration"]["kernels"]
     for engine in report["engines"].values():
         del engine["models"]
-    text = doctor.readable(report)
+    text = doctor_text.readable(report)
     assert "pip install flash-attn --no-build-isolation --no-deps" in text and "models: not reported" in text
-    assert doctor.summary({}).splitlines()[-1] == "Full report: Mizuoto → Mizuoto Doctor in the menu"
+    assert doctor_text.summary({}).splitlines()[-1] == "Full report: Mizuoto → Mizuoto Doctor in the menu"
