@@ -49,10 +49,8 @@ def report(settings_file=None) -> dict[str, Any]:
 def models(spec) -> dict[str, Any]:
     """Where this engine's models go, which are installed, which the loader can download
     (mizuoto.host.catalog); a failure is reported, never raised, so the rest of the report still shows."""
-    try:
-        from mizuoto.host import catalog
-    except ImportError as exc:
-        return {"error": f"the model catalogue is not available ({exc})"}
+    from mizuoto.host import catalog
+
     try:
         return catalog.engine_report(spec)
     except Exception as exc:  # noqa: BLE001 - the doctor reports what it cannot read

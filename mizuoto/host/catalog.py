@@ -82,11 +82,11 @@ def resolve(spec: EngineSpec, choice: str | os.PathLike | None, models_dir=None)
         if spec.builtin_weights:
             return None
         raise _not_installed(spec, models_dir, "needs a model")
-    if text == NOTHING_INSTALLED.format(folder=folder(spec, models_dir)) or text.startswith("(no model installed"):
+    if text.startswith(NOTHING_INSTALLED.split("{")[0]):  # the entry an empty list offers, whatever its folder
         raise _not_installed(spec, models_dir, "has no model installed")
     if download.is_choice(text):
         repo = download.repo_of(text)
-        if repo not in spec.repos and not _looks_like_repo(repo):
+        if not _looks_like_repo(repo):
             raise InputError(f"{text!r} is not a Hugging Face repo id; write hf:<owner>/<name>, e.g. "
                              f"{download.choice_for(spec.repos[0]) if spec.repos else 'hf:owner/name'}")
         return str(download.fetch(spec.id, repo, bases(models_dir)[0]))
