@@ -36,7 +36,7 @@ class DecoderShape:
     rms_norm_eps: float
     attention_bias: bool  # on q, k, v and o alike (Qwen3's attention_bias)
     # the positions the model was trained for (upstream computes RoPE for any position and checks nothing;
-    # the engine refuses prompts that leave no room within them and stops generating at the last one)
+    # the engine refuses a prompt that leaves no room within them, and generates as upstream otherwise)
     max_position_embeddings: int = 32768
 
     def qwen(self) -> QwenConfig:

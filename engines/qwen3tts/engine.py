@@ -228,12 +228,9 @@ def build_request(loaded: QwenLoaded, text_ids, ctx: RequestContext, params: dic
                                     reference_codes=codes, non_streaming=non_streaming)
     positions = built.embeds.shape[1] + built.trailing.shape[1]
     _check_room(loaded, text_ids, positions=positions)
+    # Generation itself is not capped at max_position_embeddings: upstream computes RoPE for any position and
+    # draws on past it, and so do we (the default path stays upstream's).
     settings = generation_settings(loaded, params)
-    # frame t's talker forward sits at position (prefill) + t, and max_new_tokens draws forward at most
-    # max_new_tokens - 1 frames: stop at the last position the model was trained for (upstream goes on past it)
-    room = loaded.config.talker.decoder.max_position_embeddings - built.embeds.shape[1]
-    if settings.max_new_tokens > room + 1:
-        settings = replace(settings, max_new_tokens=room + 1)
     return Request(built, settings, codes)
 
 

@@ -204,24 +204,24 @@ def test_qwen_refuses_a_text_past_max_position_embeddings():
 
 
 @pytest.mark.parametrize("mode", ["on", "off"])
-def test_qwen_limit_comes_from_the_config_and_caps_generation(tmp_path, mode):
+def test_qwen_limit_comes_from_the_config_and_generation_runs_as_upstream(tmp_path, mode):
     """With max_position_embeddings made small: a prompt and text that take every position are refused; one
-    that leaves room generates at most up to the last position, the frames before it as without the cap."""
+    that leaves room generates as upstream does, past the last position too (upstream caps nothing), the
+    same samples as with the configured 32,768 positions."""
     words = "Hello there, this is a test."
     params = {**QWEN_PARAMS, "non_streaming_mode": mode}
     probe = qwen_with_positions(tmp_path / "probe", 32768)
-    prefill, trailing, _ = qwen_positions(probe, words, params)
+    prefill, trailing, max_new = qwen_positions(probe, words, params)
     tight = qwen_with_positions(tmp_path / "tight", prefill + trailing)
     message = fast(lambda: host.speak(tight, words, seed=1, params=params))
     assert f"{prefill + trailing:,}" in message and "max_position_embeddings" in message
-    room = 3 + trailing
-    roomy = qwen_with_positions(tmp_path / "roomy", prefill + room)
-    assert qwen_positions(roomy, words, params)[2] == room + 1
-    capped = host.speak(roomy, words, seed=1, params=params)
-    same = host.speak(probe, words, seed=1, params={**params, "max_new_tokens": room + 1})
-    assert torch.equal(capped.waveform, same.waveform)
-    uncapped = host.speak(probe, words, seed=1, params=params)  # the tiny model speaks on past the cap
-    assert capped.waveform.shape[-1] < uncapped.waveform.shape[-1]
+    roomy = qwen_with_positions(tmp_path / "roomy", prefill + trailing + 3)
+    assert qwen_positions(roomy, words, params)[2] == max_new  # not capped
+    beyond = host.speak(roomy, words, seed=1, params=params)
+    assert torch.equal(beyond.waveform, host.speak(probe, words, seed=1, params=params).waveform)
+    # and it did speak past the last position: stopped there, the speech would be shorter
+    stopped = host.speak(probe, words, seed=1, params={**params, "max_new_tokens": trailing + 4})
+    assert stopped.waveform.shape[-1] < beyond.waveform.shape[-1]
 
 
 # --- VoxCPM -------------------------------------------------------------------------------------------
