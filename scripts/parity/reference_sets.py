@@ -92,7 +92,8 @@ SETS = {s.name: s for s in (
     # the shared voice parts of mizuoto/nn/ (Seed-VC, IndexTTS 2, CosyVoice and GPT-SoVITS use them)
     ReferenceSet("nn/campplus", "seedvc", (("seedvc_campplus_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (CAM++ and torchaudio 2.11.1's kaldi.fbank)"),
-    ReferenceSet("nn/bigvgan", "seedvc", (("seedvc_bigvgan_references.py", OUT),), upstream="seed-vc 0.4.3 (BigVGAN v2)"),
+    ReferenceSet("nn/bigvgan", "seedvc", (("seedvc_bigvgan_references.py", OUT),),
+                 upstream="seed-vc 0.4.3 (BigVGAN v2)"),
     ReferenceSet("nn/hift", "seedvc", (("seedvc_hift_references.py", OUT),), upstream="seed-vc 0.4.3 (HiFT)"),
     ReferenceSet("nn/s2mel", "seedvc", (("seedvc_s2mel_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (the s2mel DiT, WaveNet, length regulator and CFM)"),
