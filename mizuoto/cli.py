@@ -1,4 +1,4 @@
-"""`python -m mizuoto`: say, transcribe, models, engines, doctor, save-dummy.
+"""`python -m mizuoto`: say, transcribe, convert, models, engines, doctor, save-dummy.
 
 CPU settings are applied before torch is imported, so nothing at module level here imports torch.
 Every user error prints one line and exits with status 2, leaving no partial output file.
@@ -14,7 +14,7 @@ from typing import Sequence
 from mizuoto.audio.files import SAMPLE_FORMATS
 from mizuoto.core.compute import cpu
 from mizuoto.core.errors import MizuotoError
-from mizuoto.engines.spec import SPEAK, TRANSCRIBE
+from mizuoto.engines.spec import CONVERT, SPEAK, TRANSCRIBE
 
 EXIT_USER_ERROR = 2
 
@@ -93,30 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--engine", required=True, metavar="ID",
                      help=f"engine to use: {', '.join(engines.of_kind(SPEAK))}")
     _add_model_arguments(say, "default: the engine's built-in weights, where it has them")
-    say.add_argument("--seed", type=int, metavar="N",
-                     help="random seed, 0 to 2^64-1 (default: a fresh one, printed in the report)")
-    say.add_argument("--policy", metavar="P", help="attention policy (default: the engines.<id>.attention "
-                                                   "setting, auto unless changed)")
-    say.add_argument("--accept-license", action="store_true",
-                     help="accept the weights' licence where the engine asks for it (F5-TTS: CC-BY-NC-4.0, "
-                          "non-commercial); as the loader node's accept_license")
-    say.add_argument("--strict", action="store_true",
-                     help="refuse to load when the named attention backend cannot run here")
-    say.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
-    say.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
-    say.add_argument("--settings", metavar="FILE", help="settings file (default: $MIZUOTO_SETTINGS or "
-                                                        "~/.config/mizuoto/settings.toml)")
-    say.add_argument("--format", default=None, choices=SAMPLE_FORMATS,
-                     help="sample format of a .wav (pcm16, pcm24, float32) or .flac (pcm16, pcm24) output "
-                          "(default: pcm16); .ogg and .mp3 have none")
+    _add_audio_request_arguments(say)
     say.add_argument("--ref-audio", metavar="FILE", help="reference voice recording: WAV, FLAC, OGG, Opus or MP3 "
                                                         "(engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
     say.add_argument("--transcriber", metavar="MODEL", help="Whisper model (as --model) that transcribes the reference "
                                                             "when --ref-text is not given (engines that read it)")
-    say.add_argument("-o", "--output", required=True, metavar="OUT.wav",
-                     help="file to write; its suffix picks the format: .wav, .flac, .ogg or .mp3")
     _add_engine_params(say.add_argument_group("engine parameters"), SPEAK)
+
+    change = sub.add_parser("convert", help="convert a recording into another voice",
+                            description="Convert SOURCE (speech or singing) into the voice of --reference and write "
+                                        "an audio file (WAV, FLAC, Ogg Vorbis or MP3, after the output's suffix); "
+                                        "prints the run report as JSON.")
+    change.add_argument("source", metavar="SOURCE", help="the recording to convert: WAV, FLAC, OGG, Opus or MP3")
+    change.add_argument("--reference", required=True, metavar="FILE",
+                        help="a recording of the voice to convert into: WAV, FLAC, OGG, Opus or MP3")
+    change.add_argument("--engine", required=True, metavar="ID",
+                        help=f"engine to use: {', '.join(engines.of_kind(CONVERT)) or 'none yet'}")
+    _add_model_arguments(change, "required unless the engine has built-in weights")
+    _add_audio_request_arguments(change)
+    _add_engine_params(change.add_argument_group("engine parameters"), CONVERT)
 
     hear = sub.add_parser("transcribe", help="transcribe an audio file",
                           description="Transcribe an audio file (WAV, FLAC, OGG, Opus or MP3 at any rate; 16 kHz "
@@ -155,6 +151,28 @@ def build_parser() -> argparse.ArgumentParser:
     save.add_argument("path", metavar="PATH.safetensors")
     save.add_argument("--weights-seed", type=int, default=0, help="seed the weights are drawn from")
     return parser
+
+
+def _add_audio_request_arguments(parser) -> None:
+    """What every request that writes audio takes: seed, policy, licence, device, settings, output."""
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="random seed, 0 to 2^64-1 (default: a fresh one, printed in the report)")
+    parser.add_argument("--policy", metavar="P", help="attention policy (default: the engines.<id>.attention "
+                                                      "setting, auto unless changed)")
+    parser.add_argument("--accept-license", action="store_true",
+                        help="accept the weights' licence where the engine asks for it (F5-TTS: CC-BY-NC-4.0, "
+                             "non-commercial); as the loader node's accept_license")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to load when the named attention backend cannot run here")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16 (default: float32)")
+    parser.add_argument("--settings", metavar="FILE", help="settings file (default: $MIZUOTO_SETTINGS or "
+                                                           "~/.config/mizuoto/settings.toml)")
+    parser.add_argument("--format", default=None, choices=SAMPLE_FORMATS,
+                        help="sample format of a .wav (pcm16, pcm24, float32) or .flac (pcm16, pcm24) output "
+                             "(default: pcm16); .ogg and .mp3 have none")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT.wav",
+                        help="file to write; its suffix picks the format: .wav, .flac, .ogg or .mp3")
 
 
 def catalog_default() -> str:
@@ -228,6 +246,33 @@ def cmd_say(args) -> int:
                                  device=args.device)
     speech = speak(loaded, text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
                    transcriber=transcriber)
+    files.write(output, speech.waveform, speech.sample_rate, args.format)
+    print(json.dumps({**speech.report, "output": str(output)}, indent=2))
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from mizuoto import engines
+    from mizuoto.audio import files
+    from mizuoto.core.errors import InputError
+    from mizuoto.host import catalog, convert, load_model, startup
+
+    spec = engines.get(args.engine)
+    if spec.kind != CONVERT:
+        raise InputError(f"engine {spec.id} does not convert voices; use one of: "
+                         f"{', '.join(engines.of_kind(CONVERT)) or 'none is installed'}")
+    if spec.license_acceptance and not args.accept_license:
+        raise InputError(f"{spec.display_name} weights are licensed under {spec.weights_license}; read the licence "
+                         f"and add --accept-license to accept it")
+    output = files.check_output(args.output, args.format)  # before any work, so a bad path costs nothing
+    source = files.read(args.source, "source audio")
+    reference = files.read(args.reference, "reference audio")
+    startup.start(args.settings)
+    params = engine_params(args, spec)
+    model = catalog.resolve(spec, args.model, args.models_dir) if args.model else None
+    loaded = load_model(spec.id, model, device=args.device, dtype=args.dtype, policy=args.policy,
+                        strict=args.strict, settings_file=args.settings)
+    speech = convert(loaded, source, reference, seed=args.seed, params=params)
     files.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0
@@ -315,7 +360,8 @@ def cmd_save_dummy(args) -> int:
     return 0
 
 
-COMMANDS = {"say": cmd_say, "transcribe": cmd_transcribe, "models": cmd_models, "engines": cmd_engines,
+COMMANDS = {"say": cmd_say, "transcribe": cmd_transcribe, "convert": cmd_convert, "models": cmd_models,
+            "engines": cmd_engines,
             "doctor": cmd_doctor,
             "save-dummy": cmd_save_dummy}
 

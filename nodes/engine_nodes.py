@@ -1,4 +1,5 @@
-"""A loader node and a speak node per engine, generated from the engine's declaration."""
+"""A loader node and the node of what the engine does (Speak, Transcribe or Convert) per engine, generated
+from the engine's declaration."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 from mizuoto.core.errors import InputError
 from mizuoto.engines.spec import EngineSpec
-from mizuoto.host import LoadedModel, comfy, load_model, speak
+from mizuoto.host import LoadedModel, comfy, convert, load_model, speak
 from mizuoto.host.devices import DEVICES, DTYPES
 from mizuoto.host.local import transcribe
 from mizuoto.runtime.context import RequestContext
@@ -60,6 +61,19 @@ def make_loader(spec: EngineSpec) -> type:
     })
 
 
+def _check_model(spec: EngineSpec, model, role: str) -> None:
+    if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
+        got = model.spec.display_name if isinstance(model, LoadedModel) else type(model).__name__
+        raise InputError(f"this {spec.display_name} {role} node got a {got} model; connect a "
+                         f"{spec.display_name} Loader")
+
+
+def _audio_result(speech) -> dict:
+    report = json.dumps(speech.report, indent=2)
+    # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
+    return {"ui": {"report": [report]}, "result": (comfy_audio(speech.waveform, speech.sample_rate), report)}
+
+
 def make_speaker(spec: EngineSpec) -> type:
     def INPUT_TYPES(cls):
         required = {
@@ -86,21 +100,14 @@ def make_speaker(spec: EngineSpec) -> type:
 
     def generate(self, model, text, seed, unique_id=None, reference_audio=None, reference_text=None,
                  transcriber=None, **params):
-        if not isinstance(model, LoadedModel) or model.spec.id != spec.id:
-            got = model.spec.display_name if isinstance(model, LoadedModel) else type(model).__name__
-            raise InputError(f"this {spec.display_name} Speak node got a {got} model; connect a "
-                             f"{spec.display_name} Loader")
+        _check_model(spec, model, "Speak")
         ctx = RequestContext(seed, accel=model.policy.start(), progress=comfy.progress(unique_id),
                              interrupted=comfy.interrupted())
         reference = None
         if reference_audio is not None:
             reference = (reference_audio["waveform"], int(reference_audio["sample_rate"]))
-        speech = speak(model, text, params=params, ctx=ctx, reference=reference, reference_text=reference_text,
-                       transcriber=transcriber)
-        report = json.dumps(speech.report, indent=2)
-        # The "ui" part reaches the front end (web/mizuoto.js), which shows the report on the node.
-        return {"ui": {"report": [report]},
-                "result": (comfy_audio(speech.waveform, speech.sample_rate), report)}
+        return _audio_result(speak(model, text, params=params, ctx=ctx, reference=reference,
+                                   reference_text=reference_text, transcriber=transcriber))
 
     def check_lazy_status(self, model=None, text=None, seed=None, unique_id=None, reference_audio=None,
                           reference_text=None, transcriber=None, **params):
@@ -154,5 +161,41 @@ def make_transcriber(spec: EngineSpec) -> type:
         "CATEGORY": f"{CATEGORY}/{spec.display_name}",
         "DESCRIPTION": f"Transcribe audio with {spec.display_name}; returns the text, its language and the "
                        f"segments with timestamps as JSON.",
+        "run": run,
+    })
+
+
+def make_converter(spec: EngineSpec) -> type:
+    """A Convert node: source AUDIO and a reference voice's AUDIO in; the source's speech in that voice
+    (AUDIO) and the JSON run report out."""
+
+    def INPUT_TYPES(cls):
+        required = {
+            "model": (MODEL,),
+            "source_audio": (AUDIO, {"tooltip": "the speech (or singing) to convert"}),
+            "reference_audio": (AUDIO, {"tooltip": f"{spec.reference.help} ({spec.reference.min_seconds:g}-"
+                                                   f"{spec.reference.max_seconds:g} s)"}),
+            "seed": ("INT", {"default": 0, "min": 0, "max": SEED_MAX, "control_after_generate": True}),
+        }
+        for param in spec.speak_params:
+            required[param.name] = param_widget(param)
+        return {"required": required, "hidden": {"unique_id": "UNIQUE_ID"}}
+
+    def run(self, model, source_audio, reference_audio, seed, unique_id=None, **params):
+        _check_model(spec, model, "Convert")
+        ctx = RequestContext(seed, accel=model.policy.start(), progress=comfy.progress(unique_id),
+                             interrupted=comfy.interrupted())
+        source = (source_audio["waveform"], int(source_audio["sample_rate"]))
+        reference = (reference_audio["waveform"], int(reference_audio["sample_rate"]))
+        return _audio_result(convert(model, source, reference, params=params, ctx=ctx))
+
+    return type(_class_name(spec, "Convert"), (), {
+        "INPUT_TYPES": classmethod(INPUT_TYPES),
+        "RETURN_TYPES": (AUDIO, "STRING"),
+        "RETURN_NAMES": ("audio", "report"),
+        "FUNCTION": "run",
+        "CATEGORY": f"{CATEGORY}/{spec.display_name}",
+        "DESCRIPTION": f"Convert a recording into the reference's voice with {spec.display_name}; returns the audio "
+                       f"and a JSON run report.",
         "run": run,
     })

@@ -12,6 +12,7 @@ import { api } from "../../scripts/api.js";
 
 const SUMMARY_WIDGET = "mizuoto_summary";
 const SPEAK_PLACEHOLDER = "Run the workflow: how long speaking took shows here.";
+const CONVERT_PLACEHOLDER = "Run the workflow: how long converting took shows here.";
 const DOCTOR_PLACEHOLDER = "Run this node, or open Mizuoto → Mizuoto Doctor in the menu.";
 
 // -- wording -----------------------------------------------------------------------------------------
@@ -43,7 +44,7 @@ export function attentionWords(attention) {
   return `attention ${used.map(([name, n]) => `${name} ×${n}`).join(", ")}`;
 }
 
-/** A Speak node's run report as lines [{text, level}] (level: "info", "muted" or "warn"). */
+/** A Speak or Convert node's run report as lines [{text, level}] (level: "info", "muted" or "warn"). */
 export function runSummary(report) {
   const lines = [];
   const audio = report.audio_seconds, wall = report.wall_seconds;
@@ -153,7 +154,7 @@ export function setSummary(node, lines) {
   renderSummary(node);
 }
 
-// Every live Speak or Doctor node, for the run events (which name nodes by id).
+// Every live Speak, Convert or Doctor node, for the run events (which name nodes by id).
 const liveNodes = new Set();
 
 function byId(id) {
@@ -183,6 +184,7 @@ export function onRunCached(ids) {
 export function onNodeRunning(id) {
   const node = byId(id);
   if (node && node.mizuotoKind === "speak") setSummary(node, [{ text: "Speaking…", level: "muted" }]);
+  else if (node && node.mizuotoKind === "convert") setSummary(node, [{ text: "Converting…", level: "muted" }]);
   else if (node) setSummary(node, [{ text: "Examining this machine…", level: "muted" }]);
 }
 
@@ -342,15 +344,18 @@ app.registerExtension({
     api.addEventListener("execution_interrupted", (e) => onRunFailed(e.detail, true));
   },
   async beforeRegisterNodeDef(nodeType, nodeData) {
-    const isSpeak = nodeData.name.startsWith("Mizuoto") && nodeData.name.endsWith("Speak");
+    // Speak and Convert nodes both return audio with a run report: the same summary.
+    const audioKind = !nodeData.name.startsWith("Mizuoto") ? null
+      : nodeData.name.endsWith("Speak") ? "speak" : nodeData.name.endsWith("Convert") ? "convert" : null;
+    const isSpeak = audioKind !== null;
     const isDoctor = nodeData.name === "MizuotoDoctor";
     if (!isSpeak && !isDoctor) return;
 
     const onNodeCreated = nodeType.prototype.onNodeCreated;
     nodeType.prototype.onNodeCreated = function () {
       const result = onNodeCreated?.apply(this, arguments);
-      this.mizuotoKind = isSpeak ? "speak" : "doctor";
-      addSummaryWidget(this, isSpeak ? SPEAK_PLACEHOLDER : DOCTOR_PLACEHOLDER);
+      this.mizuotoKind = audioKind ?? "doctor";
+      addSummaryWidget(this, { speak: SPEAK_PLACEHOLDER, convert: CONVERT_PLACEHOLDER }[audioKind] ?? DOCTOR_PLACEHOLDER);
       if (isDoctor && this.size?.length >= 2) {
         // Wide enough for its title and its lines.
         this.setSize?.([Math.max(this.size[0], 420), this.size[1]]);

@@ -73,29 +73,41 @@ class Reference:
     def check(self, waveform, sample_rate: int):
         """(channels, samples) or (samples,) audio -> mono float32 (samples,), or float32 (channels,
         samples) for an engine that takes `channels`; one-line errors."""
-        import torch
-
-        if waveform.dim() == 3:
-            if waveform.shape[0] != 1:
-                raise InputError(f"reference audio holds {waveform.shape[0]} clips; give exactly one")
-            waveform = waveform[0]
-        if waveform.dim() == 1:
-            waveform = waveform[None]
-        if int(sample_rate) <= 0:
-            raise InputError(f"reference audio's sample rate is {sample_rate}; give a recording with its real rate")
-        if waveform.dim() != 2 or waveform.shape[-1] == 0:
-            raise InputError("reference audio is empty; give a recording of the voice")
+        waveform = checked_audio(waveform, sample_rate, "reference audio", "a recording of the voice")
         seconds = waveform.shape[-1] / sample_rate
         if not self.min_seconds <= seconds <= self.max_seconds:
             raise InputError(f"reference audio is {seconds:.2f} s long; give one between {self.min_seconds:g} "
                              f"and {self.max_seconds:g} seconds")
-        waveform = waveform.to(torch.float32)
-        if not bool(torch.isfinite(waveform).all()):
-            raise InputError("reference audio contains NaN or infinite samples")
         return waveform if self.channels else waveform.mean(dim=0)
 
 
-SPEAK, TRANSCRIBE = "speak", "transcribe"
+def checked_audio(waveform, sample_rate: int, what: str, wanted: str):
+    """One clip of audio, (1, channels, samples), (channels, samples) or (samples,), as float32 (channels,
+    samples), refused in one line when it is several clips, empty, at no real rate, or holds NaN or inf."""
+    import torch
+
+    waveform = torch.as_tensor(waveform)
+    if waveform.dim() == 3:
+        if waveform.shape[0] != 1:
+            raise InputError(f"{what} holds {waveform.shape[0]} clips; give exactly one")
+        waveform = waveform[0]
+    if waveform.dim() == 1:
+        waveform = waveform[None]
+    if int(sample_rate) <= 0:
+        raise InputError(f"{what}'s sample rate is {sample_rate}; give {wanted} with its real rate")
+    if waveform.dim() != 2 or waveform.shape[-1] == 0:
+        raise InputError(f"{what} is empty; give {wanted}")
+    waveform = waveform.to(torch.float32)
+    if not bool(torch.isfinite(waveform).all()):
+        raise InputError(f"{what} contains NaN or infinite samples")
+    return waveform
+
+
+# What an engine does, which decides its nodes and its command: SPEAK text -> audio (a Speak node, `say`);
+# TRANSCRIBE audio -> text (a Transcribe node, `transcribe`); CONVERT source audio + a reference voice -> the
+# source's speech in that voice (a Convert node, `convert`).
+SPEAK, TRANSCRIBE, CONVERT = "speak", "transcribe", "convert"
+KINDS = (SPEAK, TRANSCRIBE, CONVERT)
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,25 @@ class EngineSpec:
     speak_params: tuple[Param, ...] = field(default_factory=tuple)
     reference: Reference | None = None  # an optional reference voice the speak node accepts
     repos: tuple[str, ...] = ()  # Hugging Face repo ids the loader offers, downloaded on first use
-    kind: str = SPEAK  # SPEAK: text -> audio (speak node, `say`); TRANSCRIBE: audio -> text
+    kind: str = SPEAK  # one of KINDS
+    # CONVERT only: the longest source the engine takes in one request (its upstream chunks longer ones itself)
+    max_source_seconds: float | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"engine {self.id}: kind {self.kind!r} is none of {', '.join(KINDS)}")
+        if self.kind == CONVERT and self.reference is None:
+            raise ValueError(f"engine {self.id} converts, so it declares the reference voice it takes")
+
+    def check_source(self, waveform, sample_rate: int):
+        """A CONVERT engine's source audio -> float32 mono (samples,), or (channels, samples) where the
+        engine's reference takes every channel; one-line errors."""
+        waveform = checked_audio(waveform, sample_rate, "source audio", "the speech to convert")
+        seconds = waveform.shape[-1] / sample_rate
+        if self.max_source_seconds is not None and seconds > self.max_source_seconds:
+            raise InputError(f"source audio is {seconds:.1f} s long; {self.display_name} converts at most "
+                             f"{self.max_source_seconds:g} s at a time: cut it into parts")
+        return waveform if self.reference.channels else waveform.mean(dim=0)
 
     def settings(self) -> EngineSettings:
         return EngineSettings(self.id, self.load_options)

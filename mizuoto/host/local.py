@@ -130,6 +130,11 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
     that read its transcript get `reference_text`; when that is empty, `transcriber` (a Whisper
     model) transcribes the recording, once per recording and model.
     """
+    from mizuoto.engines.spec import SPEAK
+
+    if loaded.spec.kind != SPEAK:
+        raise InputError(f"engine {loaded.spec.id} does not speak a text ({loaded.spec.kind} is what it does); "
+                         f"load a text-to-speech model")
     values = loaded.spec.check_speak_params(params)
     extra = {}
     if reference is not None:
@@ -148,6 +153,35 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
     run = Run(ctx.seed, loaded.policy.name, ctx.accel)
     waveform, rate = loaded.spec.implementation_module().speak(loaded.state, text, ctx, values, **extra)
     run.finish()
+    return _speech(loaded, ctx, run, "speak", values, waveform, rate)
+
+
+def convert(loaded: LoadedModel, source: tuple[Any, int], reference: tuple[Any, int], seed: int | None = None,
+            params: dict[str, Any] | None = None, ctx: RequestContext | None = None) -> Speech:
+    """The speech of `source` in the voice of `reference` (each (waveform, sample rate), any rate: the
+    engine resamples as its upstream does); `seed` fixes every random draw of the request. The same
+    lifetime, progress, cancel and report as speak()."""
+    from mizuoto.engines.spec import CONVERT
+
+    spec = loaded.spec
+    if spec.kind != CONVERT:
+        raise InputError(f"engine {spec.id} does not convert voices; load a voice-conversion model")
+    values = spec.check_speak_params(params)
+    source = (spec.check_source(*source), int(source[1]))
+    reference = (spec.reference.check(*reference), int(reference[1]))
+    comfy.ensure_loaded(loaded.patcher)
+    ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
+    run = Run(ctx.seed, loaded.policy.name, ctx.accel)
+    waveform, rate = spec.implementation_module().convert(loaded.state, source, reference, ctx, values)
+    run.finish()
+    speech = _speech(loaded, ctx, run, "convert", values, waveform, rate)
+    speech.report["source_seconds"] = round(source[0].shape[-1] / source[1], 4)
+    return speech
+
+
+def _speech(loaded: LoadedModel, ctx: RequestContext, run: Run, request: str, values: dict, waveform,
+            rate: int) -> Speech:
+    """The engine's audio, checked, with the request's report ("speak" or "convert": its parameters)."""
     if waveform.dim() != 2 or waveform.dtype.is_complex or not bool(waveform.isfinite().all()):
         raise RuntimeError(f"engine {loaded.spec.id} produced an invalid waveform "
                            f"(shape {tuple(waveform.shape)}); this is a bug in Mizuoto")
@@ -155,7 +189,7 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
     report = {
         **loaded.info.report(),
         "seed": ctx.seed,
-        "speak": values,
+        request: values,
         "attention": run.attention_report(),
         "sample_rate": rate,
         "channels": int(waveform.shape[0]),

@@ -145,6 +145,7 @@ const speak = await make("MizuotoDummySpeak", 3);
 const other = await make("MizuotoVoxCPMSpeak", 5);
 const doctor = await make("MizuotoDoctor", 9);
 const loader = await make("MizuotoDummyLoader", 2);
+const converter = await make("MizuotoSeedVCConvert", 11);
 const text = (node) => node.mizuotoSummary.el.text;
 const out = {};
 const w = speak.widgets[0];
@@ -154,8 +155,11 @@ out.loaderWidgets = (loader.widgets || []).length;
 out.doctorWidth = doctor.size[0];
 const report = JSON.stringify({engine: "dummy", device: "cpu", dtype: "float32", seed: 7, attention: {policy: "auto"},
                                audio_seconds: 2.08, wall_seconds: 1.3422, real_time_factor: 0.6453, warnings: []});
+out.convertEmpty = text(converter);
 speak.onExecuted({ report: [report] });
 other.onExecuted({ report: [report] });
+converter.onExecuted({ report: [report] });
+out.convertAfterRun = text(converter);
 out.afterRun = text(speak);
 out.value = w.value;
 out.grown = speak.size[1] >= speak.computeSize()[1];
@@ -165,6 +169,8 @@ api.emit("execution_cached", { nodes: ["2", "5"], prompt_id: "p2" });
 out.cachedOther = text(other);
 api.emit("executing", "3");
 out.running = text(speak);
+api.emit("executing", "11");
+out.converting = text(converter);
 api.emit("execution_error", { node_id: "3", exception_message: "text is empty; give some words to speak\\n" });
 out.failed = text(speak);
 out.failedLevel = speak.mizuotoSummary.state.lines[0].level;
@@ -190,7 +196,7 @@ def test_summary_widget_lives_inside_the_node_and_run_events_clear_it(tmp_path):
     out = run_js(tmp_path, NODE_LIFE)
     assert out["widget"] == {"name": "mizuoto_summary", "serialize": False, "optionSerialize": False, "value": "",
                              "empty": "Run the workflow: how long speaking took shows here.", "state": "empty"}
-    assert out["loaderWidgets"] == 0  # only Speak and Doctor nodes get one
+    assert out["loaderWidgets"] == 0  # only Speak, Convert and Doctor nodes get one
     assert out["doctorWidth"] >= 420  # the Doctor's title and lines fit
     assert out["afterRun"].startswith("2.1 s of audio in 1.3 s (1.5x real time) · cpu · exact attention\n")
     assert out["value"] == out["afterRun"] and out["grown"]
@@ -198,6 +204,9 @@ def test_summary_widget_lives_inside_the_node_and_run_events_clear_it(tmp_path):
     assert out["afterStart"] == ["Run the workflow: how long speaking took shows here.", "empty"]
     assert out["cachedOther"] == out["afterRun"]
     assert out["running"] == "Speaking…"
+    # a Convert node returns audio with the same run report: the same summary, its own words while it runs
+    assert out["convertEmpty"] == "Run the workflow: how long converting took shows here."
+    assert out["convertAfterRun"] == out["afterRun"] and out["converting"] == "Converting…"
     assert out["failed"] == "Failed: text is empty; give some words to speak" and out["failedLevel"] == "error"
     assert out["otherAfterFail"] == out["afterRun"]  # the cached node's text is still its output's
     assert out["stopped"] == "Stopped before it finished."
