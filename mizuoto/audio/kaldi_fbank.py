@@ -43,20 +43,21 @@ def frame_sizes(sample_frequency: float, frame_length_ms: float, frame_shift_ms:
     return window, shift, fft_size
 
 
-def window_function(window_type: str, size: int, blackman_coeff: float, dtype: torch.dtype) -> torch.Tensor:
+def window_function(window_type: str, size: int, blackman_coeff: float, dtype: torch.dtype,
+                    device=None) -> torch.Tensor:
     """The (size,) analysis window. Every variant is the symmetric (non-periodic) one, as Kaldi's."""
     if window_type == "hanning":
-        return torch.hann_window(size, periodic=False, dtype=dtype)
+        return torch.hann_window(size, periodic=False, dtype=dtype, device=device)
     if window_type == "povey":  # a Hann window that reaches zero more gently at its ends
-        return torch.hann_window(size, periodic=False, dtype=dtype).pow(0.85)
+        return torch.hann_window(size, periodic=False, dtype=dtype, device=device).pow(0.85)
     if window_type == "hamming":
-        return torch.hamming_window(size, periodic=False, alpha=0.54, beta=0.46, dtype=dtype)
+        return torch.hamming_window(size, periodic=False, alpha=0.54, beta=0.46, dtype=dtype, device=device)
     if window_type == "rectangular":
-        return torch.ones(size, dtype=dtype)
+        return torch.ones(size, dtype=dtype, device=device)
     if window_type == "blackman":
         # Kaldi's generalised Blackman window (torch.blackman_window fixes the coefficient at 0.42)
         step = 2 * math.pi / (size - 1)
-        n = torch.arange(size, dtype=dtype)
+        n = torch.arange(size, dtype=dtype, device=device)
         return blackman_coeff - 0.5 * torch.cos(step * n) + (0.5 - blackman_coeff) * torch.cos(2 * step * n)
     raise InputError(f"unknown window type {window_type!r}; use one of {', '.join(WINDOW_TYPES)}")
 
@@ -135,8 +136,8 @@ def fbank(waveform: torch.Tensor, *, num_mel_bins: int = 23, sample_frequency: f
     if not 2 <= window <= wave.shape[0]:
         raise InputError(f"the audio has {wave.shape[0]} samples, fewer than one {frame_length} ms frame "
                          f"({window} samples at {sample_frequency} Hz); give a longer clip")
-    dtype = wave.dtype
-    epsilon = torch.tensor(FLOAT_EPSILON, dtype=torch.float32).to(dtype)
+    dtype, device = wave.dtype, wave.device
+    epsilon = torch.tensor(FLOAT_EPSILON, dtype=torch.float32).to(device=device, dtype=dtype)
 
     frames = wave.unfold(0, window, shift)  # (m, window), a view: frame i starts at sample i * shift
     if remove_dc_offset:
@@ -144,18 +145,19 @@ def fbank(waveform: torch.Tensor, *, num_mel_bins: int = 23, sample_frequency: f
     if use_energy:  # "raw" energy: after the DC offset, before pre-emphasis and the window
         log_energy = torch.maximum(frames.pow(2).sum(1), epsilon).log()
         if energy_floor != 0.0:
-            log_energy = torch.maximum(log_energy, torch.tensor(math.log(energy_floor), dtype=dtype))
+            log_energy = torch.maximum(log_energy, torch.tensor(math.log(energy_floor), dtype=dtype, device=device))
     if preemphasis_coefficient != 0.0:
         previous = torch.cat((frames[:, :1], frames[:, :-1]), dim=1)  # the first sample is its own predecessor
         frames = frames - preemphasis_coefficient * previous
-    frames = frames * window_function(window_type, window, blackman_coeff, dtype).unsqueeze(0)
+    frames = frames * window_function(window_type, window, blackman_coeff, dtype, device).unsqueeze(0)
     if fft_size != window:
         frames = F.pad(frames, (0, fft_size - window))
 
     power = torch.fft.rfft(frames).abs().pow(2.0)  # (m, fft_size // 2 + 1)
     filters = mel_filters(num_mel_bins, fft_size, float(sample_frequency), float(low_freq), float(high_freq))
+    # the filters are made on the CPU in float32 (as torchaudio does, whatever the audio's device and dtype);
     # the transposed view, not a contiguous copy: the matrix product's rounding depends on the layout
-    energies = torch.mm(power, filters.to(dtype).T)
+    energies = torch.mm(power, filters.to(device=device, dtype=dtype).T)
     features = torch.maximum(energies, epsilon).log()
     if use_energy:
         features = torch.cat((log_energy.unsqueeze(1), features), dim=1)

@@ -233,7 +233,7 @@ def statistics(x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Te
     if lengths is None:
         return torch.cat([x.mean(dim=-1), x.std(dim=-1, unbiased=True)], dim=-1)
     rows = []
-    for i, length in enumerate(lengths.tolist()):  # one host read per clip, as upstream (it iterates a tensor)
+    for i, length in enumerate(lengths.tolist()):  # one host read (upstream reads each length as it iterates)
         part = x[i, :, :length]
         rows.append(torch.cat([part.mean(dim=-1), part.std(dim=-1, unbiased=True)], dim=-1))
     return torch.stack(rows, dim=0)
@@ -249,7 +249,7 @@ class EmbeddingLayer(nn.Module):
         self.nonlinear = nonlinear("batchnorm_", out_channels)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        # a convolution over one frame, as upstream (not a linear layer: the two round differently)
+        # a convolution over one frame, as upstream: F.linear on the same numbers rounds differently on the CPU
         return self.nonlinear(self.linear(pooled.unsqueeze(-1)).squeeze(-1))
 
 
@@ -258,8 +258,7 @@ class CAMPPlus(nn.Module):
 
     def __init__(self, config: CampplusConfig = SEEDVC):
         super().__init__()
-        self.config = config
-        cfg = config
+        self.config = cfg = config
         self.head = FrequencyHead(cfg.feat_dim)
         self.xvector = nn.Sequential()
         self.xvector.add_module("tdnn", TimeDelayLayer(self.head.out_channels, cfg.init_channels, 5, stride=2,
