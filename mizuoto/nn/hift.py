@@ -2,8 +2,10 @@
 
 Exact to seed-vc 0.4.3 `modules/hifigan/generator.py` (`HiFTGenerator`, `SourceModuleHnNSF`, `SineGen`,
 `ResBlock`, `Snake`; CosyVoice's non-causal HiFT, which Seed-VC's real-time variant runs with
-CosyVoice-300M's hift.pt); GPL-3.0 code, read not copied. CosyVoice 3's causal HiFT
-(`CausalHiFTGenerator`) is not this module.
+CosyVoice-300M's hift.pt); GPL-3.0 code, read not copied. Not here: CosyVoice 3's causal HiFT
+(`CausalHiFTGenerator`), and CosyVoice 2's `SineGen2` source (its phase integrated at the frame rate and
+interpolated, other draw shapes): CosyVoice 2's hift.pt loads into this module (same keys), but its engine
+needs that source, which `decode(mel, source)` accepts once written.
 
 Data flow of `HiFTGenerator.forward(mel, generator)`, as Seed-VC calls it (`vocoder_fn(mel)`):
 
@@ -227,14 +229,15 @@ class SourceModule(nn.Module):
         theta = 2 * math.pi * (torch.cumsum(frequencies, dim=-1) % 1)
         # Start phases: Uniform(-pi, pi) drawn on the CPU as torch.distributions does (low + rand * (high - low),
         # float32 bounds); the fundamental starts at 0.
-        low, high = torch.tensor(-math.pi), torch.tensor(math.pi)
-        start = low + torch.rand((batch, self.harmonics, 1), generator=cpu_generator or generator) * (high - low)
+        low, high = torch.tensor(-math.pi, dtype=torch.float32), torch.tensor(math.pi, dtype=torch.float32)
+        draw = torch.rand((batch, self.harmonics, 1), generator=cpu_generator or generator, dtype=torch.float32)
+        start = low + draw * (high - low)
         start[:, 0, :] = 0
         sines = self.sine_amp * torch.sin(theta + start.to(f0.device))
         voiced = (f0 > self.voiced_threshold).to(torch.float32)
         # noise std: noise_std where voiced, a third of the sine amplitude where not
         noise_amp = voiced * self.noise_std + (1 - voiced) * self.sine_amp / 3
-        noise = noise_amp * torch.randn(sines.shape, generator=generator, device=sines.device)
+        noise = noise_amp * torch.randn(sines.shape, generator=generator, device=sines.device, dtype=torch.float32)
         return sines * voiced + noise, voiced
 
     def forward(self, f0: torch.Tensor, generator: torch.Generator,
@@ -252,7 +255,7 @@ class SourceModule(nn.Module):
         merged = torch.tanh(self.l_linear(sines.transpose(1, 2).to(self.l_linear.weight.dtype)))  # (B, T', 1)
         # Upstream also draws a noise branch of shape (B, T', 1) that HiFT never uses: drawn and dropped,
         # so the generator advances as upstream's global one does.
-        torch.randn(voiced.transpose(1, 2).shape, generator=generator, device=voiced.device)
+        torch.randn(voiced.transpose(1, 2).shape, generator=generator, device=voiced.device, dtype=torch.float32)
         return merged.transpose(1, 2)
 
 
@@ -320,7 +323,7 @@ class HiFTGenerator(nn.Module):
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, config.lrelu_slope))
             if i == len(self.ups) - 1:
-                x = F.pad(x, (1, 0), mode="reflect")  # one more frame, so the length is frames * hop + 1
+                x = F.pad(x, (1, 0), mode="reflect")  # one more step: as many as the source spectrum's frames
             x = x + self.source_resblocks[i](self.source_downs[i](source_spec))
             blocks = self.resblocks[i * self.num_kernels:(i + 1) * self.num_kernels]
             total = blocks[0](x)

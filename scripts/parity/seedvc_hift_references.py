@@ -13,7 +13,9 @@ tensor names, environment):
 - config/<name>: three tiny configurations, every parameter drawn by `procedural_state` (weight norm's g and v,
   Snake alphas, biases, the F0 predictor; upstream inits some to constants): Seed-VC's layout (upsampling
   [8, 8], n_fft 16 hop 4) at 16 channels, CosyVoice 2's layout ([8, 5, 3], 480 samples a frame), and one with
-  every other setting changed (harmonics, slopes, limits, thresholds, n_fft 8 hop 2, uneven dilations).
+  every other setting changed (harmonics, slopes, limits, thresholds, n_fft 8 hop 2, uneven dilations;
+  a larger conv_post gain drives some magnitudes into upstream's clip at 100, asserted through a forward hook,
+  and part of the wave into the clamp).
   Their legacy weight-norm state dicts (`weight_g` / `weight_v`) are stored.
 - case/<config>/<name>: a seeded mel (batch 1 or 2, 1 to 9 frames) and what upstream computes from it: the F0
   predictor's output, the source signal (`_f02source`, global RNG seeded right before), the waveform

@@ -14,7 +14,8 @@ off), compared bitwise in a pinned subprocess:
 - Seed-VC's real configs/hifigan.yml size (base 512, 80 mels, F0 predictor 512) with procedural weights rebuilt
   here (`procedural_state`, a copy of the writer's), one 6-frame mel: F0, source, waveform.
 In process: checkpoint key layouts in both flavours, folding, one-line errors for bad checkpoints, configs and
-inputs, the draw contract, output lengths, and no host reads during a forward.
+inputs, the draw contract, output lengths, and no host reads during a forward; on CUDA (where present) which
+generator each draw takes.
 """
 
 import functools
@@ -323,6 +324,28 @@ def test_no_host_reads_in_a_forward():
     with torch.inference_mode(), HostReads() as mode:
         model(mel, g)
     assert mode.reads == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_phases_come_from_the_cpu_generator_and_the_noise_from_the_device_one():
+    """Upstream's Uniform draws its start phases on the CPU whatever the device; its noise on the device."""
+    model = tiny_model().cuda()
+    mel = torch.randn(1, 6, 3, device="cuda")
+    with pytest.raises(InputError):
+        model(mel, torch.Generator("cuda").manual_seed(0))
+    device_gen, cpu_gen = torch.Generator("cuda").manual_seed(5), torch.Generator().manual_seed(5)
+    with torch.inference_mode():
+        first = model(mel, device_gen, cpu_generator=cpu_gen)
+        again = model(mel, torch.Generator("cuda").manual_seed(5), cpu_generator=torch.Generator().manual_seed(5))
+    assert torch.equal(first, again) and first.shape == (1, 3 * TINY.samples_per_frame)
+    want_cpu = torch.Generator().manual_seed(5)
+    torch.rand((1, 4, 1), generator=want_cpu)
+    assert torch.equal(cpu_gen.get_state(), want_cpu.get_state())
+    want_device = torch.Generator("cuda").manual_seed(5)
+    torch.randn((1, 4, 96), generator=want_device, device="cuda")
+    torch.randn((1, 96, 1), generator=want_device, device="cuda")
+    assert device_gen.get_offset() == want_device.get_offset()
 
 
 if __name__ == "__main__":  # the pinned subprocess of the reference test
