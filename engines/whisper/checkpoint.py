@@ -9,64 +9,14 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import torch
 
 from mizuoto.core.errors import CheckpointError
+from mizuoto.nn.whisper_encoder import Dims, dims_from_hf, hf_to_openai, sinusoids
 
-from .model import Dims, Whisper, sinusoids
-
-# transformers' names -> openai's, per layer part (after "model.encoder.layers.N." / "model.decoder.layers.N.")
-_LAYER_PARTS = {
-    "self_attn.q_proj": "attn.query", "self_attn.k_proj": "attn.key", "self_attn.v_proj": "attn.value",
-    "self_attn.out_proj": "attn.out", "self_attn_layer_norm": "attn_ln",
-    "encoder_attn.q_proj": "cross_attn.query", "encoder_attn.k_proj": "cross_attn.key",
-    "encoder_attn.v_proj": "cross_attn.value", "encoder_attn.out_proj": "cross_attn.out",
-    "encoder_attn_layer_norm": "cross_attn_ln", "fc1": "mlp.0", "fc2": "mlp.2", "final_layer_norm": "mlp_ln",
-}
-_TOP = {
-    "model.encoder.conv1": "encoder.conv1", "model.encoder.conv2": "encoder.conv2",
-    "model.encoder.layer_norm": "encoder.ln_post", "model.decoder.embed_tokens": "decoder.token_embedding",
-    "model.decoder.layer_norm": "decoder.ln",
-}
-_LAYER = re.compile(r"^model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)$")
-
-
-def hf_to_openai(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, tensor in state.items():
-        name = name.removeprefix("whisper.")  # some exports nest the model one level deeper
-        match = _LAYER.match(name)
-        if match:
-            side, index, part, kind = match.groups()
-            if part not in _LAYER_PARTS:
-                raise CheckpointError(f"unexpected Whisper parameter {name}")
-            out[f"{side}.blocks.{index}.{_LAYER_PARTS[part]}.{kind}"] = tensor
-        elif name == "model.decoder.embed_positions.weight":
-            out["decoder.positional_embedding"] = tensor
-        elif name == "model.encoder.embed_positions.weight":
-            out["encoder.positional_embedding"] = tensor
-        elif name == "proj_out.weight":
-            continue  # tied to the token embedding
-        else:
-            base, _, kind = name.rpartition(".")
-            if base not in _TOP:
-                raise CheckpointError(f"unexpected Whisper parameter {name}")
-            out[f"{_TOP[base]}.{kind}"] = tensor
-    return out
-
-
-def dims_from_hf(config: dict) -> Dims:
-    try:
-        return Dims(n_mels=config["num_mel_bins"], n_audio_ctx=config["max_source_positions"],
-                    n_audio_state=config["d_model"], n_audio_head=config["encoder_attention_heads"],
-                    n_audio_layer=config["encoder_layers"], n_vocab=config["vocab_size"],
-                    n_text_ctx=config["max_target_positions"], n_text_state=config["d_model"],
-                    n_text_head=config["decoder_attention_heads"], n_text_layer=config["decoder_layers"])
-    except KeyError as exc:
-        raise CheckpointError(f"config.json is not a Whisper configuration (no {exc.args[0]})") from None
+from .model import Whisper
 
 
 def read(path: str | Path) -> tuple[Dims, dict[str, torch.Tensor], str]:

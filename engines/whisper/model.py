@@ -1,4 +1,4 @@
-"""The Whisper network: a conv + transformer audio encoder and a text decoder with a KV cache.
+"""The Whisper network: the audio encoder (mizuoto/nn/whisper_encoder.py, shared) and a text decoder with a KV cache.
 
 Computes what openai-whisper's `Whisper` computes, operation for operation (LayerNorm in float32,
 weights cast to the input dtype, SDPA attention with upstream's arguments, logits against the tied
@@ -8,141 +8,19 @@ token embedding in float32). Parameter names are openai's, so its `.pt` state di
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from mizuoto.nn.whisper_encoder import ENCODER, AudioEncoder, Block, Dims, LayerNorm, heads, sinusoids
 from mizuoto.runtime import accel
 from mizuoto.runtime.accel import MaskInfo
 
-ENCODER = accel.Site("whisper.encoder")
+__all__ = ["ENCODER", "DECODER_SELF", "DECODER_CROSS", "AudioEncoder", "Block", "DecoderCache", "Dims", "LayerNorm",
+           "TextDecoder", "Whisper", "heads", "sinusoids"]
+
 DECODER_SELF = accel.Site("whisper.decoder.self", approx_ok=False)
 DECODER_CROSS = accel.Site("whisper.decoder.cross", approx_ok=False)
-
-
-@dataclass(frozen=True)
-class Dims:
-    """openai-whisper's ModelDimensions, field for field."""
-
-    n_mels: int
-    n_audio_ctx: int
-    n_audio_state: int
-    n_audio_head: int
-    n_audio_layer: int
-    n_vocab: int
-    n_text_ctx: int
-    n_text_state: int
-    n_text_head: int
-    n_text_layer: int
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-class LayerNorm(nn.LayerNorm):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.float()).type(x.dtype)
-
-
-class Linear(nn.Linear):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
-
-
-class Conv1d(nn.Conv1d):
-    def _conv_forward(self, x, weight, bias):
-        return super()._conv_forward(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
-
-
-def sinusoids(length: int, channels: int, max_timescale: float = 10000) -> torch.Tensor:
-    """The encoder's fixed positions, by upstream's formula (its step is computed in float64 by numpy)."""
-    increment = math.log(max_timescale) / (channels // 2 - 1)
-    inv = torch.exp(-increment * torch.arange(channels // 2))
-    scaled = torch.arange(length)[:, None] * inv[None, :]
-    return torch.cat([torch.sin(scaled), torch.cos(scaled)], dim=1)
-
-
-def heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
-    """(B, T, state) -> (B, H, T, state / H), as a view; already split tensors pass through."""
-    return x if x.dim() == 4 else x.view(*x.shape[:2], n_head, -1).permute(0, 2, 1, 3)
-
-
-class Attention(nn.Module):
-    """openai-whisper's MultiHeadAttention: the key projection has no bias."""
-
-    def __init__(self, n_state: int, n_head: int):
-        super().__init__()
-        self.n_head = n_head
-        self.query = Linear(n_state, n_state)
-        self.key = Linear(n_state, n_state, bias=False)
-        self.value = Linear(n_state, n_state)
-        self.out = Linear(n_state, n_state)
-
-    def attend(self, q, k, v, site: accel.Site, causal: bool = False, mask_info=None) -> torch.Tensor:
-        """(B, T, state) projections -> output (B, T, state) through the dispatcher."""
-        return self.out(self.attend_heads(q, k, v, site, causal, mask_info))
-
-    def attend_heads(self, q, k, v, site: accel.Site, causal: bool = False, mask_info=None) -> torch.Tensor:
-        """The attention alone, heads merged back: (B, T, state) before the output projection."""
-        a = accel.attention(heads(q, self.n_head), heads(k, self.n_head), heads(v, self.n_head), site=site,
-                            causal=causal, mask_info=mask_info)
-        return a.permute(0, 2, 1, 3).flatten(start_dim=2)
-
-    def scores(self, q, k, v, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The handwritten path that also returns the pre-softmax scores (word timestamps read the
-        cross-attention weights): q and k each scaled by d^-1/4, an additive causal mask, float32
-        softmax. Not an attention site: no fused kernel returns the score matrix."""
-        n_ctx, n_state = q.shape[1], q.shape[2]
-        scale = (n_state // self.n_head) ** -0.25
-        q, k, v = heads(q, self.n_head), heads(k, self.n_head), heads(v, self.n_head)
-        qk = (q * scale) @ (k * scale).transpose(-1, -2)
-        if mask is not None:
-            qk = qk + mask[:n_ctx, :n_ctx]
-        qk = qk.float()
-        w = F.softmax(qk, dim=-1).to(q.dtype)
-        return self.out((w @ v).permute(0, 2, 1, 3).flatten(start_dim=2)), qk.detach()
-
-
-class Block(nn.Module):
-    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False):
-        super().__init__()
-        self.attn = Attention(n_state, n_head)
-        self.attn_ln = LayerNorm(n_state)
-        self.cross_attn = Attention(n_state, n_head) if cross_attention else None
-        self.cross_attn_ln = LayerNorm(n_state) if cross_attention else None
-        self.mlp = nn.Sequential(Linear(n_state, n_state * 4), nn.GELU(), Linear(n_state * 4, n_state))
-        self.mlp_ln = LayerNorm(n_state)
-
-
-class AudioEncoder(nn.Module):
-    def __init__(self, dims: Dims):
-        super().__init__()
-        self.conv1 = Conv1d(dims.n_mels, dims.n_audio_state, kernel_size=3, padding=1)
-        self.conv2 = Conv1d(dims.n_audio_state, dims.n_audio_state, kernel_size=3, stride=2, padding=1)
-        self.register_buffer("positional_embedding", sinusoids(dims.n_audio_ctx, dims.n_audio_state))
-        self.blocks = nn.ModuleList(Block(dims.n_audio_state, dims.n_audio_head) for _ in range(dims.n_audio_layer))
-        self.ln_post = LayerNorm(dims.n_audio_state)
-
-    def forward(self, mel: torch.Tensor, handwritten: bool = False) -> torch.Tensor:
-        """mel (B, n_mels, 3000) -> audio features (B, 1500, state).
-
-        `handwritten` runs every attention on the handwritten path (`Attention.scores`), as upstream's
-        encoder runs under `disable_sdpa()` when word timestamps re-encode a window: its features
-        differ from the SDPA ones in the last bits."""
-        x = F.gelu(self.conv1(mel))
-        x = F.gelu(self.conv2(x)).permute(0, 2, 1)
-        if x.shape[1:] != self.positional_embedding.shape:
-            raise ValueError(f"audio features of shape {tuple(x.shape[1:])}; the encoder expects "
-                             f"{tuple(self.positional_embedding.shape)} (30 s of 16 kHz audio)")
-        x = (x + self.positional_embedding).to(x.dtype)
-        for block in self.blocks:
-            h = block.attn_ln(x)
-            q, k, v = block.attn.query(h), block.attn.key(h), block.attn.value(h)
-            x = x + (block.attn.scores(q, k, v)[0] if handwritten else block.attn.attend(q, k, v, ENCODER))
-            x = x + block.mlp(block.mlp_ln(x))
-        return self.ln_post(x)
 
 
 class DecoderCache:
