@@ -373,7 +373,7 @@ class DiT(nn.Module):
 
         # Real keys: the first x_lens (+ tokens) positions. Upstream sizes this mask by max(x_lens) and needs
         # it to equal the length; it is sized by the length here (the same mask then, and no device wait).
-        keys = torch.arange(length, device=x_lens.device) < (x_lens + config.tokens)[:, None]
+        keys = torch.arange(length, device=x.device) < (x_lens.to(x.device) + config.tokens)[:, None]
         frame_mask = keys.unsqueeze(1)  # (B, 1, L), the WaveNet's mask too
         if config.is_causal:  # upstream's (1, 1, L, L) rows of a lower-triangular table
             mask = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()[None, None]
