@@ -330,15 +330,37 @@ def build_campplus(state: dict[str, torch.Tensor], config: CampplusConfig = SEED
     return model.to(dtype=dtype).eval().requires_grad_(False)
 
 
-def load_campplus(path: str | Path, config: CampplusConfig = SEEDVC, device="cpu",
+def config_from_state(state: dict[str, torch.Tensor], where: str = "the CAM++ state dict") -> CampplusConfig:
+    """The sizes a CAM++ state dict was built with, read from its tensors' shapes (the released files carry no
+    config; upstreams hard-code CAMPPlus(feat_dim=80, embedding_size=192) with the other defaults)."""
+    state = upstream_keys(state)
+    try:
+        head = state["head.conv1.weight"].shape[0]  # the head's channels, feat_dim // 8 bins after it
+        tdnn = state["xvector.tdnn.linear.weight"].shape  # (init_channels, head channels * feat_dim // 8, 5)
+        growth = state["xvector.block1.tdnnd1.cam_layer.linear_local.weight"].shape[0]
+        bottleneck = state["xvector.block1.tdnnd1.linear1.weight"].shape[0]  # bn_size * growth_rate
+        embedding = state["dense.linear.weight"].shape[0]
+    except (KeyError, IndexError, AttributeError):
+        raise CheckpointError(f"{where} is not a CAM++ state dict (no head.conv1 / xvector / dense tensors)") from None
+    if head <= 0 or tdnn[1] % head or bottleneck % growth:
+        raise CheckpointError(f"{where} has CAM++ tensors of inconsistent sizes; check the file")
+    return CampplusConfig(feat_dim=tdnn[1] // head * 8, embedding_size=embedding, growth_rate=growth,
+                          bn_size=bottleneck // growth, init_channels=tdnn[0])
+
+
+def load_campplus(path: str | Path, config: CampplusConfig | None = SEEDVC, device="cpu",
                   dtype: torch.dtype = torch.float32) -> CAMPPlus:
-    """The CAM++ checkpoint at `path` (campplus_cn_common.bin, or a .safetensors in the same names)."""
+    """The CAM++ checkpoint at `path` (campplus_cn_common.bin, or a .safetensors in the same names); `config`
+    None reads the sizes from the tensors."""
     from mizuoto.nn.tensor_files import read_checkpoint
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} is not a file; point at campplus_cn_common.bin (funasr/campplus)")
-    return build_campplus(read_checkpoint(path), config, device, dtype, where=str(path))
+    state = read_checkpoint(path)
+    if config is None:
+        config = config_from_state(state, where=str(path))
+    return build_campplus(state, config, device, dtype, where=str(path))
 
 
 def style_vector(model: CAMPPlus, wave_16k: torch.Tensor) -> torch.Tensor:

@@ -361,3 +361,18 @@ if __name__ == "__main__":  # the pinned subprocess of the reference tests
     torch.set_num_threads(1)
     folder, mode = Path(sys.argv[1]), sys.argv[2]
     print(json.dumps(reference_diffs(folder) if mode == "references" else real_diffs(folder, Path(sys.argv[3]))))
+
+
+@pytest.mark.parametrize("config", [campplus.SEEDVC, campplus.CampplusConfig(feat_dim=80, embedding_size=192,
+                                                                              growth_rate=8, bn_size=2,
+                                                                              init_channels=16),
+                                    campplus.CampplusConfig(feat_dim=24, embedding_size=40, growth_rate=6,
+                                                            bn_size=3, init_channels=20)])
+def test_the_sizes_are_read_from_the_tensors(config, tmp_path):
+    with torch.device("meta"):
+        model = campplus.CAMPPlus(config)
+    assert campplus.config_from_state(model.state_dict()) == config
+    legacy = {("xvector." + k if k.startswith("dense.") else k): v for k, v in model.state_dict().items()}
+    assert campplus.config_from_state(legacy) == config  # the released file's older names
+    with pytest.raises(CheckpointError, match="is not a CAM++ state dict"):
+        campplus.config_from_state({"weight": torch.zeros(2)})
