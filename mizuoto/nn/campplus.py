@@ -341,7 +341,7 @@ def config_from_state(state: dict[str, torch.Tensor], where: str = "the CAM++ st
         bottleneck = state["xvector.block1.tdnnd1.linear1.weight"].shape[0]  # bn_size * growth_rate
         embedding = state["dense.linear.weight"].shape[0]
     except (KeyError, IndexError, AttributeError):
-        raise CheckpointError(f"{where} is not a CAM++ state dict (no head.conv1 / xvector / dense tensors)") from None
+        raise CheckpointError(f"{where} holds no CAM++ tensors (head.conv1, xvector, dense); check the file") from None
     if head <= 0 or tdnn[1] % head or bottleneck % growth:
         raise CheckpointError(f"{where} has CAM++ tensors of inconsistent sizes; check the file")
     return CampplusConfig(feat_dim=tdnn[1] // head * 8, embedding_size=embedding, growth_rate=growth,
