@@ -40,7 +40,8 @@ def widgets(cls):
 
 NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
          "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
-         "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak"}
+         "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak", "MizuotoSeedVCLoader",
+         "MizuotoSeedVCConvert"}
 
 
 def test_mappings_and_display_names(pack):

@@ -57,7 +57,8 @@ def test_pack_adds_only_mizuoto(repo, tmp_path):
     assert not result["pack_on_sys_path"]
     assert result["mappings"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
                                   "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
-                                  "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak",
+                                  "MizuotoQwen3TTSSpeak", "MizuotoSeedVCConvert", "MizuotoSeedVCLoader",
+                                  "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak",
                                   "MizuotoWhisperLoader", "MizuotoWhisperTranscribe"]
     assert result["web"]
     assert result["mizuoto_from"] == str(pack / "mizuoto")

@@ -39,6 +39,7 @@ TEMPLATES = {
     "dummy": "Dummy - hum a sentence with the built-in test model, nothing to download",
     "f5tts": "F5-TTS - speak in the voice of a reference recording",
     "qwen3tts": "Qwen3-TTS - speak with one of the preset voices",
+    "seedvc": "Seed-VC - convert a recording into the voice of another",
     "voxcpm": "VoxCPM - continue the voice of a reference recording",
     "whisper": "Whisper - transcribe a recording to text",
 }
