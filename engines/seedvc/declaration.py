@@ -1,7 +1,9 @@
 """Seed-VC's declaration (no torch import)."""
 
 from mizuoto.core.settings import Option
-from mizuoto.engines.spec import CONVERT, EngineSpec, Param, Reference
+from mizuoto.engines.spec import CONVERT, Asset, EngineSpec, Param, Reference
+
+from .assets import CAMPPLUS_FILE, CAMPPLUS_REPO, DIT_CHECKPOINT, DIT_CONFIG
 
 # How upstream computes (SeedVCWrapper.convert_voice): the Whisper content encoder in float16 and the
 # diffusion under float16 autocast, on every device; "float32" runs both in float32 (slower on a GPU, the
@@ -21,6 +23,12 @@ ENGINE = EngineSpec(
     checkpoint_suffixes=(".pth",),  # or rather its folder (the DiT .pth and its .yml, with the shared assets)
     kind=CONVERT,
     repos=("Plachta/Seed-VC",),
+    # the v1 offline model's two files of that repo, and what upstream downloads beside them (engines/seedvc/
+    # assets.py finds them in models/tts/seedvc/<owner>--<name>/)
+    repo_files=(DIT_CHECKPOINT, DIT_CONFIG),
+    assets=(Asset("openai/whisper-small", ("config.json", "model.safetensors")),
+            Asset("nvidia/bigvgan_v2_22khz_80band_256x", ("config.json", "bigvgan_generator.pt")),
+            Asset(CAMPPLUS_REPO, (CAMPPLUS_FILE,))),
     # upstream keeps the reference's first 25 s (convert_voice: ref_audio[:sr * 25]); a longer one is taken
     # and cut there, as upstream cuts it
     reference=Reference(0.5, 600.0, help="a recording of the voice to convert into (its first 25 s are used, "

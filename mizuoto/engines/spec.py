@@ -103,6 +103,15 @@ def checked_audio(waveform, sample_rate: int, what: str, wanted: str):
     return waveform
 
 
+@dataclass(frozen=True)
+class Asset:
+    """A Hugging Face repo whose files an engine's downloaded models read beside them (upstream fetches them
+    from their own repos: a vocoder, a speaker encoder), fetched with the model into models/tts/<engine>/."""
+
+    repo: str
+    files: tuple[str, ...] = ()  # file names or glob patterns; empty: the whole repo
+
+
 # What an engine does, which decides its nodes and its command: SPEAK text -> audio (a Speak node, `say`);
 # TRANSCRIBE audio -> text (a Transcribe node, `transcribe`); CONVERT source audio + a reference voice -> the
 # source's speech in that voice (a Convert node, `convert`).
@@ -124,6 +133,8 @@ class EngineSpec:
     speak_params: tuple[Param, ...] = field(default_factory=tuple)
     reference: Reference | None = None  # an optional reference voice the speak node accepts
     repos: tuple[str, ...] = ()  # Hugging Face repo ids the loader offers, downloaded on first use
+    repo_files: tuple[str, ...] = ()  # what a download of one of `repos` fetches (patterns); empty: everything
+    assets: tuple[Asset, ...] = ()  # other repos a downloaded model needs beside it, fetched with it
     kind: str = SPEAK  # one of KINDS
     # CONVERT only: the longest source the engine takes in one request (its upstream chunks longer ones itself)
     max_source_seconds: float | None = None

@@ -89,7 +89,11 @@ def resolve(spec: EngineSpec, choice: str | os.PathLike | None, models_dir=None)
         if not _looks_like_repo(repo):
             raise InputError(f"{text!r} is not a Hugging Face repo id; write hf:<owner>/<name>, e.g. "
                              f"{download.choice_for(spec.repos[0]) if spec.repos else 'hf:owner/name'}")
-        return str(download.fetch(spec.id, repo, bases(models_dir)[0]))
+        base = bases(models_dir)[0]
+        model = download.fetch(spec.id, repo, base, spec.repo_files)
+        for asset in spec.assets:
+            download.fetch(spec.id, asset.repo, base, asset.files)
+        return str(model)
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")):
         return str(path)  # a path: the loader says so when it does not exist

@@ -30,8 +30,9 @@ def is_complete(folder: Path) -> bool:
     return (Path(folder) / COMPLETE).is_file()
 
 
-def fetch(engine_id: str, repo_id: str, base: str) -> Path:
-    """The local folder holding `repo_id`, downloading it there first if it is not complete."""
+def fetch(engine_id: str, repo_id: str, base: str, files: tuple[str, ...] = ()) -> Path:
+    """The local folder holding `repo_id`, downloading it there first if it is not complete; `files` (file
+    names or glob patterns) limits the download to what the engine reads, where a repo holds more."""
     folder = folder_for(engine_id, repo_id, base)
     if is_complete(folder):
         return folder
@@ -43,7 +44,7 @@ def fetch(engine_id: str, repo_id: str, base: str) -> Path:
     created = [p for p in (folder, *folder.parents) if not p.exists()]  # innermost first
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        snapshot_download(repo_id=repo_id, local_dir=str(folder))
+        snapshot_download(repo_id=repo_id, local_dir=str(folder), **({"allow_patterns": list(files)} if files else {}))
     except BaseException as exc:  # offline, not found, no permission, Ctrl-C: all end the same way for the user
         _remove_if_nothing_arrived(folder, created)
         if not isinstance(exc, Exception):

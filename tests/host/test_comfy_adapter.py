@@ -195,6 +195,6 @@ def test_loader_offers_repo_ids(monkeypatch):
     fetched = []
     from mizuoto.host import download
 
-    monkeypatch.setattr(download, "fetch", lambda engine, repo, base: fetched.append((engine, repo)) or base)
+    monkeypatch.setattr(download, "fetch", lambda engine, repo, base, files=(): fetched.append((engine, repo)) or base)
     models.resolve(spec, "hf:org/voice")
     assert fetched == [("dummy", "org/voice")]

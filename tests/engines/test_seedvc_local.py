@@ -1,0 +1,167 @@
+"""Seed-VC without upstream: where its files are found and downloaded, its one-line refusals, the request's
+generator, progress and cancel, and upstream's window and cross-fade arithmetic. The comparison with upstream's
+own conversion is tests/engines/test_seedvc_engine.py."""
+
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")  # the tiny content encoder's folder is written by transformers
+
+import seedvc_tiny  # noqa: E402  (tests/, on the path through conftest)
+
+from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
+from mizuoto.engines.seedvc import convert as seedvc_convert  # noqa: E402
+from mizuoto.host import convert, load_model  # noqa: E402
+from mizuoto.runtime.context import Cancelled, RequestContext  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return seedvc_tiny.build(tmp_path_factory.mktemp("seedvc") / "model")
+
+
+def tone(seconds: float, rate: int, hz: float = 220.0) -> torch.Tensor:
+    t = torch.arange(int(seconds * rate)) / rate
+    return 0.3 * torch.sin(2 * torch.pi * hz * t) * (1 + 0.2 * torch.sin(2 * torch.pi * 3 * t))
+
+
+def test_a_conversion_is_the_sources_length_at_22050_and_the_seed_decides_it(tiny):
+    loaded = load_model("seedvc", str(tiny), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": "float32"})
+    source, reference = (tone(1.5, 44100), 44100), (tone(2.0, 16000, 330.0), 16000)
+    first = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 2})
+    again = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 2})
+    other = convert(loaded, source, reference, seed=4, params={"diffusion_steps": 2})
+    frames = 1 + (int(1.5 * 22050) + 768 - 1024) // 256  # the source's mel frames
+    assert first.sample_rate == 22050 and first.waveform.shape == (1, frames * 256)
+    assert torch.equal(first.waveform, again.waveform) and not torch.equal(first.waveform, other.waveform)
+    assert first.report["convert"] == {"diffusion_steps": 2, "length_adjust": 1.0, "inference_cfg_rate": 0.7}
+    shorter = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 1, "length_adjust": 0.5})
+    assert shorter.waveform.shape[-1] == int(frames * 0.5) * 256
+
+
+def test_progress_counts_the_windows_and_a_cancel_stops_it(tiny):
+    loaded = load_model("seedvc", str(tiny), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": "float32"})
+    updates = []
+    ctx = RequestContext(1, progress=lambda done, total: updates.append((done, total)))
+    convert(loaded, (tone(1.0, 22050), 22050), (tone(1.0, 22050), 22050), params={"diffusion_steps": 1}, ctx=ctx)
+    assert updates == [(0, 1), (1, 1)]
+    ctx = RequestContext(1)
+    ctx.cancel()
+    with pytest.raises(Cancelled):
+        convert(loaded, (tone(1.0, 22050), 22050), (tone(1.0, 22050), 22050), ctx=ctx)
+
+
+def test_upstreams_window_loop_and_cross_fade():
+    # a 2580-frame context less a 258-frame prompt: windows of 2322 frames that share 16 with the next
+    assert seedvc_convert.windows(100, 2322) == 1 and seedvc_convert.windows(2322, 2322) == 1
+    assert seedvc_convert.windows(2323, 2322) == 2 and seedvc_convert.windows(2322 * 2 - 16, 2322) == 2
+    assert seedvc_convert.windows(2322 * 2 - 15, 2322) == 3
+    previous = np.linspace(-1, 1, 50, dtype=np.float32)
+    chunk = np.linspace(1, 0, 40, dtype=np.float32)
+    fade_out, fade_in = np.cos(np.linspace(0, np.pi / 2, 16)) ** 2, np.cos(np.linspace(np.pi / 2, 0, 16)) ** 2
+    want = chunk.copy()
+    want[:16] = chunk[:16] * fade_in + previous[-16:] * fade_out
+    got = seedvc_convert.crossfade(previous, chunk.copy(), 16)
+    assert got.dtype == np.float32 and np.array_equal(got, want)
+    short = seedvc_convert.crossfade(previous, chunk[:10].copy(), 16)  # upstream's branch for a short last chunk
+    assert np.array_equal(short, (chunk[:10] * fade_in[:10] + (previous[-16:] * fade_out)[:10]).astype(np.float32))
+
+
+def test_its_files_are_found_beside_it_as_downloads_lay_them_out(tiny, tmp_path):
+    base = tmp_path / "seedvc"
+    model = base / "Plachta--Seed-VC"
+    model.mkdir(parents=True)
+    for name in ("DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth",
+                 "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"):
+        shutil.copy(tiny / name, model / name)
+    shutil.copytree(tiny / "whisper-small", base / "openai--whisper-small")
+    shutil.copytree(tiny / "bigvgan_v2_22khz_80band_256x", base / "nvidia--bigvgan_v2_22khz_80band_256x")
+    with pytest.raises(CheckpointError) as error:
+        load_model("seedvc", str(model), device="cpu")
+    assert str(error.value) == (f"Seed-VC needs CAM++ (funasr/campplus): put campplus_cn_common.bin in "
+                                f"{base / 'funasr--campplus'} or in {model}")
+    (base / "funasr--campplus").mkdir()
+    shutil.copy(tiny / "campplus_cn_common.bin", base / "funasr--campplus")
+    loaded = load_model("seedvc", str(model / "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"),
+                        device="cpu")
+    assert loaded.state.source.endswith("Plachta--Seed-VC/DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth")
+    shutil.rmtree(base / "openai--whisper-small")
+    with pytest.raises(CheckpointError, match="Seed-VC needs its Whisper content encoder \\(openai/whisper-small\\): "
+                                              f"put its files in {base / 'openai--whisper-small'}"):
+        load_model("seedvc", str(model), device="cpu")
+
+
+def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_reads(tiny, tmp_path, monkeypatch):
+    from mizuoto import engines
+    from mizuoto.host import catalog
+
+    sources = {"Plachta/Seed-VC": tiny, "openai/whisper-small": tiny / "whisper-small",
+               "nvidia/bigvgan_v2_22khz_80band_256x": tiny / "bigvgan_v2_22khz_80band_256x",
+               "funasr/campplus": tiny}
+    calls = []
+
+    def snapshot_download(repo_id, local_dir, allow_patterns=None):
+        calls.append((repo_id, tuple(allow_patterns or ())))
+        for name in allow_patterns:
+            shutil.copy(sources[repo_id] / name, Path(local_dir) / name)
+
+    hub = types.ModuleType("huggingface_hub")
+    hub.snapshot_download = snapshot_download
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
+    spec = engines.get("seedvc")
+    path = catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
+    assert path == str(tmp_path / "tts" / "seedvc" / "Plachta--Seed-VC")
+    assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "openai/whisper-small",
+                                           "nvidia/bigvgan_v2_22khz_80band_256x", "funasr/campplus"]
+    assert calls[1][1] == ("config.json", "model.safetensors")
+    load_model("seedvc", path, device="cpu")  # everything it needs is where it looks
+    catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
+    assert len(calls) == 4  # complete downloads are not fetched again
+
+
+def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
+    import yaml
+
+    for section, key, value, message in (
+            ("speech_tokenizer", "type", "xlsr", "uses the xlsr content encoder; only the Whisper one"),
+            ("vocoder", "type", "hifigan", "uses the hifigan vocoder; only BigVGAN"),
+            ("length_regulator", "f0_condition", True, "is the singing (F0) model")):
+        folder = tmp_path / section
+        shutil.copytree(tiny, folder)
+        preset_file = folder / "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"
+        preset = yaml.safe_load(preset_file.read_text())
+        preset["model_params"][section][key] = value
+        preset_file.write_text(yaml.safe_dump(preset))
+        with pytest.raises(CheckpointError, match=re.escape(message)):
+            load_model("seedvc", str(folder), device="cpu")
+    with pytest.raises(InputError, match="Seed-VC loads in float32"):
+        load_model("seedvc", str(tiny), device="cpu", dtype="bfloat16")
+    two = tmp_path / "two"
+    shutil.copytree(tiny, two)
+    (two / "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth").rename(two / "a.pth")
+    shutil.copy(two / "a.pth", two / "b.pth")
+    with pytest.raises(CheckpointError, match="it has 2 .pth files: point at one"):
+        load_model("seedvc", str(two), device="cpu")
+
+
+def test_the_trace_names_every_stage(tiny):
+    from mizuoto.engines.seedvc import engine
+
+    loaded = load_model("seedvc", str(tiny), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": "float32"})
+    values = {"diffusion_steps": 1, "length_adjust": 1.0, "inference_cfg_rate": 0.0}
+    wave, rate, trace = engine.convert_with_trace(loaded.state, (tone(1.0, 22050), 22050), (tone(1.0, 16000), 16000),
+                                                  RequestContext(0), values)
+    assert set(trace) == {"S_alt", "S_ori", "mel", "mel2", "style2", "cond", "prompt_condition", "vc_target/0",
+                          "vc_wave/0"}
+    assert trace["S_alt"].shape == (1, 22050 * 16000 // 22050 // 320 + 1, 48) and trace["style2"].shape == (1, 192)
+    assert torch.equal(trace["vc_wave/0"], wave)
