@@ -128,7 +128,7 @@ def convert(model, source: tuple[torch.Tensor, int], reference: tuple[torch.Tens
             target = model.s2mel.cfm.inference(condition, lengths, mel_ref, style, generator, steps=steps,
                                                cfg_rate=cfg_rate)[:, :, mel_ref.size(-1):]
         with ctx.step():
-            wave = model.vocoder(target.float())[0]
+            wave = model.vocode(target.float())[0]
         record(f"vc_target/{index}", target)
         record(f"vc_wave/{index}", wave)
         wave = wave.cpu()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -13,6 +13,7 @@ from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
 from mizuoto.nn import bigvgan, campplus
 from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig
+from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
@@ -35,6 +36,7 @@ class SeedVCLoaded:
     source: str
     handle: ModelHandle
     options: RuntimeOptions
+    compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager)
 
     @property
     def device(self) -> torch.device:
@@ -42,6 +44,9 @@ class SeedVCLoaded:
 
     def autocast(self):
         return autocast_for(self.device, self.float16)
+
+    def vocode(self, mel: torch.Tensor) -> torch.Tensor:
+        return (self.compiled_vocoder or self.vocoder)(mel)
 
 
 def _preset(path: Path) -> dict:
@@ -112,15 +117,24 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
     speaker = campplus.load_campplus(files.campplus, config=None, device=device)
     vocoder = _load_vocoder(files.bigvgan, device)
     modules = nn.ModuleList([s2mel, content, speaker, vocoder])
-    return SeedVCLoaded(s2mel, content, speaker, vocoder, _mel_settings(preset, preset_path), float16,
-                        str(files.checkpoint), ModelHandle(modules, device), options)
+    loaded = SeedVCLoaded(s2mel, content, speaker, vocoder, _mel_settings(preset, preset_path), float16,
+                          str(files.checkpoint), ModelHandle(modules, device), options)
+    return _compiled(loaded, options)
+
+
+def _compiled(loaded: SeedVCLoaded, options: RuntimeOptions) -> SeedVCLoaded:
+    """compute.compile: BigVGAN compiled (the vocoder's share of the time grows with the audio's length)."""
+    return replace(loaded, options=options,
+                   compiled_vocoder=compile_module(loaded.vocoder, options.compile, "seedvc.bigvgan",
+                                                   device=loaded.device))
 
 
 def rebind(previous: SeedVCLoaded, options: RuntimeOptions) -> SeedVCLoaded:
-    """The same weights under other runtime options (the precision is a load option: it reloads)."""
-    from dataclasses import replace
-
-    return replace(previous, options=options)
+    """The same weights under other runtime options: nothing reloads (the precision is a load option, so a
+    change of it loads anew); the compiled vocoder follows compute.compile."""
+    if options.compile == previous.options.compile:
+        return replace(previous, options=options)
+    return _compiled(previous, options)
 
 
 def convert(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):

@@ -165,3 +165,18 @@ def test_the_trace_names_every_stage(tiny):
                           "vc_wave/0"}
     assert trace["S_alt"].shape == (1, 22050 * 16000 // 22050 // 320 + 1, 48) and trace["style2"].shape == (1, 192)
     assert torch.equal(trace["vc_wave/0"], wave)
+
+
+def test_compute_compile_compiles_the_vocoder_and_keeps_its_samples(tiny, monkeypatch):
+    from helpers import record_compiles
+
+    calls = record_compiles(monkeypatch)
+    args = dict(device="cpu", overrides={"engines.seedvc.load_options.precision": "float32"})
+    eager = load_model("seedvc", str(tiny), **args)
+    compiled = load_model("seedvc", str(tiny), **{**args, "overrides": {**args["overrides"], "compute.compile": True}})
+    assert compiled.state.s2mel is eager.state.s2mel  # the same weights: nothing reloaded
+    source, reference = (tone(1.0, 22050), 22050), (tone(1.0, 22050, 300.0), 22050)
+    want = convert(eager, source, reference, seed=2, params={"diffusion_steps": 1}).waveform
+    assert not calls
+    got = convert(compiled, source, reference, seed=2, params={"diffusion_steps": 1}).waveform
+    assert calls == ["BigVGAN"] and torch.equal(got, want)
