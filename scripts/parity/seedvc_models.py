@@ -1,0 +1,197 @@
+"""Tiny random Seed-VC v1 models in the layout of the released files, for scripts/parity/seedvc_references.py.
+
+Runs in the seed-vc 0.4.3 oracle venv (scripts/parity/seedvc_upstream_env.sh) under the parity pins (the caller
+pins first). Each model is upstream's own class at tiny sizes, with every parameter filled from its own seeded
+generator (zero-inits and constant inits included: mask tokens, LayerNorm and BatchNorm affines, Snake alphas and
+betas, BatchNorm running statistics), and saved the way the released file is:
+
+    model/DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth   {"net": {"cfm": sd, "length_regulator": sd}}
+    model/config_dit_mel_seed_uvit_whisper_small_wavenet.yml          the released preset, only its sizes changed
+    model/whisper-small/{config.json, model.safetensors}              WhisperModel.save_pretrained, float32
+    model/bigvgan_v2_22khz_80band_256x/{config.json, bigvgan_generator.pt}   {"generator": sd}, weight norm on
+    model/campplus_cn_common.bin                                      the CAM++ state dict
+
+The asset folders are named by the last part of the repos the preset names (`speech_tokenizer.name`,
+`vocoder.name`), which is how our loader finds them. Every state dict is saved before anything upstream adds at
+inference (the DiT's KV caches, BigVGAN's weight-norm removal), as a trained checkpoint holds it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import seed_vc
+import torch
+import yaml
+from seed_vc.modules.bigvgan import bigvgan as upstream_bigvgan
+from seed_vc.modules.campplus.DTDNN import CAMPPlus
+from seed_vc.modules.commons import build_model, recursive_munch
+from seedvc_s2mel_references import fill  # the s2mel set's parameter filler (imports the vector-quantiser stub)
+from transformers import WhisperConfig, WhisperModel
+
+UPSTREAM = Path(seed_vc.__file__).parent
+PRESET = "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"
+DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"
+CAMPPLUS_FILE = "campplus_cn_common.bin"
+
+# Tiny sizes. The DiT keeps every flag of the preset; depth 3 is odd, so the U-ViT skips are used (the middle layer
+# takes none). The codebook sizes only shape embeddings the continuous (Whisper) path never reads.
+WHISPER_WIDTH = 48  # head size 24 at 2 heads: not a power of 4, so no scale is exact by accident
+DIT_SIZES = {"hidden_dim": 32, "num_heads": 2, "depth": 3, "content_dim": 32, "content_codebook_size": 16}
+REGULATOR_SIZES = {"channels": 32, "in_channels": WHISPER_WIDTH, "content_codebook_size": 16}
+WAVENET_SIZES = {"hidden_dim": 32, "num_layers": 2}
+CAMPPLUS_SIZES = {"feat_dim": 80, "embedding_size": 192, "growth_rate": 8, "bn_size": 2, "init_channels": 16}
+BIGVGAN_SIZES = {"upsample_rates": [8, 8, 4], "upsample_kernel_sizes": [16, 16, 8], "upsample_initial_channel": 32}
+BIGVGAN_POST_GAIN = 0.35  # conv_post's magnitudes scaled down so the final clamp to [-1, 1] cuts peaks only
+
+
+def tiny_preset() -> dict:
+    """The released preset, sizes shrunk; everything else (sr 22050, the spect_params, the repo names, every DiT,
+    WaveNet and regulator flag) as released."""
+    preset = yaml.safe_load((UPSTREAM / "configs" / "presets" / PRESET).read_text())
+    params = preset["model_params"]
+    params["DiT"].update(DIT_SIZES)
+    params["length_regulator"].update(REGULATOR_SIZES)
+    params["wavenet"].update(WAVENET_SIZES)
+    assert params["style_encoder"]["dim"] == CAMPPLUS_SIZES["embedding_size"]
+    assert params["speech_tokenizer"]["name"] == "openai/whisper-small"
+    assert params["vocoder"]["name"] == "nvidia/bigvgan_v2_22khz_80band_256x"
+    return preset
+
+
+def asset_folder(folder: Path, repo: str) -> Path:
+    return folder / repo.rsplit("/", 1)[-1]
+
+
+def whisper_config() -> WhisperConfig:
+    """A 2-layer encoder at width 48 that still takes Whisper's 30 s windows (1500 positions, 80 mel bins), with a
+    1-layer decoder (saved as the released file holds one; upstream deletes it after loading)."""
+    return WhisperConfig(vocab_size=16, num_mel_bins=80, d_model=WHISPER_WIDTH, encoder_layers=2,
+                         encoder_attention_heads=2, encoder_ffn_dim=4 * WHISPER_WIDTH, decoder_layers=1,
+                         decoder_attention_heads=2, decoder_ffn_dim=4 * WHISPER_WIDTH, max_source_positions=1500,
+                         max_target_positions=16, pad_token_id=2, bos_token_id=1, eos_token_id=2,
+                         decoder_start_token_id=1, begin_suppress_tokens=None, suppress_tokens=None,
+                         attn_implementation="sdpa")
+
+
+def bigvgan_config() -> dict:
+    """The released bigvgan_v2_22khz_80band_256x config.json (seed-vc vendors it), smaller stages: hop 256 =
+    8 * 8 * 4, 32 -> 16 -> 8 -> 4 channels; snakebeta in log scale, clamp at the end, no final bias, resblock 1."""
+    config = json.loads((UPSTREAM / "modules" / "bigvgan" / "config.json").read_text())
+    config.update(copy.deepcopy(BIGVGAN_SIZES))
+    assert math.prod(config["upsample_rates"]) == config["hop_size"] == 256 and config["num_mels"] == 80
+    assert config["sampling_rate"] == 22050 and config["activation"] == "snakebeta" and config["snake_logscale"]
+    assert not config["use_tanh_at_final"] and not config["use_bias_at_final"] and config["resblock"] == "1"
+    return config
+
+
+# --- filling -----------------------------------------------------------------------------------------------------
+
+
+def uniform(shape, seed) -> torch.Tensor:
+    return torch.rand(tuple(shape), generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def fill_parameters(module: torch.nn.Module, seed: int) -> None:
+    """Every parameter from `fill` (weights U(+-sqrt(3 / fan_in)), 1-D weights around 1, biases small), each from
+    its own generator in sorted-name order."""
+    parameters = dict(module.named_parameters())
+    with torch.no_grad():
+        for index, name in enumerate(sorted(parameters)):
+            parameters[name].copy_(fill(name, tuple(parameters[name].shape), seed + index))
+
+
+def fill_batchnorm_statistics(module: torch.nn.Module, seed: int) -> None:
+    """BatchNorm running means U(+-0.2) and variances U(0.6, 1.4): upstream's 0 and 1 would hide a wrong order."""
+    buffers = dict(module.named_buffers())
+    with torch.no_grad():
+        for index, name in enumerate(sorted(buffers)):
+            if name.endswith("running_mean"):
+                buffers[name].copy_(0.2 * uniform(buffers[name].shape, seed + index))
+            elif name.endswith("running_var"):
+                buffers[name].copy_(1.0 + 0.4 * uniform(buffers[name].shape, seed + index))
+
+
+def fill_bigvgan(model: torch.nn.Module, seed: int) -> None:
+    """BigVGAN with weight norm applied: weight_v U(+-sqrt(3 / fan_in)), weight_g a signed magnitude in (0.4, 1.2)
+    per output row (conv_post's scaled by BIGVGAN_POST_GAIN), biases U(+-0.1), SnakeBeta's log-scale alpha and beta
+    U(+-0.8) (upstream inits them to 0, i.e. 1)."""
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for index, name in enumerate(sorted(parameters)):
+            shape = tuple(parameters[name].shape)
+            u = uniform(shape, seed + index)
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "weight_g":
+                value = torch.where(u < 0, -1.0, 1.0) * (0.4 + 0.8 * u.abs())
+                value = value * (BIGVGAN_POST_GAIN if name.startswith("conv_post.") else 1.0)
+            elif leaf == "weight_v":
+                value = u * math.sqrt(3.0 / math.prod(shape[1:]))
+            elif leaf == "bias":
+                value = 0.1 * u
+            elif leaf in ("alpha", "beta"):
+                value = 0.8 * u
+            else:
+                raise ValueError(f"BigVGAN: no rule for {name}")
+            parameters[name].copy_(value)
+
+
+# --- building and saving -----------------------------------------------------------------------------------------
+
+
+def state_summary(state: dict) -> dict:
+    """What references.json records of a saved state dict (the file itself holds the names and values)."""
+    return {"tensors": len(state), "values": sum(v.numel() for v in state.values())}
+
+
+def write_dit(folder: Path, preset: dict, seed: int) -> dict:
+    nets = build_model(recursive_munch(copy.deepcopy(preset["model_params"])), stage="DiT")
+    fill_parameters(nets.cfm, seed)
+    fill_parameters(nets.length_regulator, seed + 5000)
+    net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
+    torch.save({"net": net}, folder / DIT_CHECKPOINT)
+    (folder / PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
+    return {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
+
+
+def write_whisper(folder: Path, seed: int) -> dict:
+    model = WhisperModel(whisper_config()).eval()
+    fill_parameters(model, seed)  # the encoder's position table too: the loader must read it, not recompute it
+    model.save_pretrained(str(folder), safe_serialization=True)
+    return {"seed": seed, "config": model.config.to_diff_dict(), "state": state_summary(model.state_dict())}
+
+
+def write_bigvgan(folder: Path, seed: int) -> dict:
+    config = bigvgan_config()
+    model = upstream_bigvgan.BigVGAN(upstream_bigvgan.AttrDict(copy.deepcopy(config)), use_cuda_kernel=False).eval()
+    fill_bigvgan(model, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    state = model.state_dict()
+    assert any(k.endswith("weight_g") for k in state)  # saved with weight norm, as the released generator
+    torch.save({"generator": state}, folder / "bigvgan_generator.pt")
+    return {"seed": seed, "config": config, "state": state_summary(state)}
+
+
+def write_campplus(folder: Path, seed: int) -> dict:
+    model = CAMPPlus(**CAMPPLUS_SIZES).eval()
+    fill_parameters(model, seed)
+    fill_batchnorm_statistics(model, seed + 5000)
+    state = model.state_dict()
+    torch.save(state, folder / CAMPPLUS_FILE)
+    return {"seed": seed, "sizes": CAMPPLUS_SIZES, "state": state_summary(state)}
+
+
+def write_models(folder: Path, seed: int) -> dict:
+    """Every file of the model folder (created under `folder`); returns what references.json records of them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    preset = tiny_preset()
+    params = preset["model_params"]
+    return {"preset": preset,
+            "dit": write_dit(folder, preset, seed),
+            "whisper": write_whisper(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
+            "bigvgan": write_bigvgan(asset_folder(folder, params["vocoder"]["name"]), seed + 20000),
+            "campplus": write_campplus(folder, seed + 30000)}
