@@ -82,6 +82,11 @@ def convert(model, source: tuple[torch.Tensor, int], reference: tuple[torch.Tens
             length_adjust: float, cfg_rate: float, trace: dict | None = None) -> torch.Tensor:
     """The converted waveform (1, samples) float32 on the CPU, at the model's rate. `model` is the engine's
     loaded state (engine.SeedVCLoaded); `trace`, when given, receives the intermediate tensors."""
+    with torch.inference_mode():  # as upstream's convert_voice
+        return _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace)
+
+
+def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace) -> torch.Tensor:
     settings: MelSettings = model.mel
     device = model.device
     sr, hop = settings.sample_rate, settings.hop_length
@@ -125,8 +130,8 @@ def convert(model, source: tuple[torch.Tensor, int], reference: tuple[torch.Tens
         condition = torch.cat([prompt_condition, chunk], dim=1)
         lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
         with ctx.step(), model.autocast():
-            target = model.s2mel.cfm.inference(condition, lengths, mel_ref, style, generator, steps=steps,
-                                               cfg_rate=cfg_rate)[:, :, mel_ref.size(-1):]
+            target = model.flow()((condition, lengths, mel_ref, style), generator, steps=steps,
+                                  cfg_rate=cfg_rate)[:, :, mel_ref.size(-1):]
         with ctx.step():
             wave = model.vocode(target.float())[0]
         record(f"vc_target/{index}", target)

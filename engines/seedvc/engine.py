@@ -15,6 +15,7 @@ from mizuoto.nn import bigvgan, campplus
 from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.graphs import GraphedCall
 from mizuoto.runtime.handles import ModelHandle
 
 from . import assets
@@ -37,6 +38,17 @@ class SeedVCLoaded:
     handle: ModelHandle
     options: RuntimeOptions
     compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager)
+    _flow: GraphedCall | None = None  # the CFM solve of one window, one CUDA graph per window length
+
+    def flow(self) -> GraphedCall:
+        """The CFM solve, replayed as one graph per window shape where CUDA graphs are usable (the graphs
+        follow the weights: a model moved or offloaded captures again)."""
+        graphs = self.handle.graphs_for(self.options.cuda_graphs)
+        if self._flow is None or self._flow.graphs is not graphs:
+            cfm = self.s2mel.cfm
+            self._flow = GraphedCall(lambda mu, lengths, prompt, style, generator, **options:
+                                     cfm.inference(mu, lengths, prompt, style, generator, **options), graphs)
+        return self._flow
 
     @property
     def device(self) -> torch.device:

@@ -368,3 +368,58 @@ def _copy(static, value) -> None:
             _copy(dst, src)  # e.g. a residual that carries modulations along
         elif dst is not None:  # e.g. a layer whose attention reads its keys from a cache returns none
             dst.copy_(src)
+
+
+class GraphedCall:
+    """`fn(*inputs, generator, **options)` replayed as one CUDA graph per input signature: a whole computation
+    of fixed shapes captured once (a diffusion solve, a vocoder window) and launched as one graph after.
+
+        call = GraphedCall(solve, graphs)                 # graphs: Graphs, or None for eager
+        out = call((mu, prompt, style), generator, steps=10, cfg_rate=0.7)   # a fresh tensor each call
+
+    The signature is every input's shape, dtype and device, the `options` (plain values), and the autocast
+    state, so a graph captured under float16 autocast replays only there.
+    `fn` must be capturable (no host reads) and draw only from the generator it is given: replays draw from
+    `graphs.generator` with the request's state copied in and back (`Graphs.drawing`), so the draws are eager
+    code's. Eager where `graphs` is None, under autograd, or for a signature whose capture failed (logged once
+    by Graphs). Keep it with the loaded model: its graphs hold the weights' addresses.
+    """
+
+    def __init__(self, fn: Callable, graphs: Graphs | None):
+        self.fn, self.graphs = fn, graphs
+        self._runs: dict[tuple, Any] = {}
+
+    def __call__(self, inputs: Sequence[torch.Tensor], generator: torch.Generator, **options) -> torch.Tensor:
+        graphs = self.graphs
+        if graphs is None or torch.is_grad_enabled():
+            return self.fn(*inputs, generator, **options)
+        with graphs.drawing(generator):
+            return self._graphed(tuple(inputs), options)
+
+    def _graphed(self, inputs: tuple, options: dict) -> torch.Tensor:
+        graphs = self.graphs
+        device_type = graphs.device.type
+        signature = (tuple((t.shape, t.dtype, t.device) for t in inputs), tuple(sorted(options.items())),
+                     torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
+        with graphs.lock, graphs.device_context():
+            run = self._runs.get(signature, _MISSING)
+            if run is None:  # its capture failed: eager, drawing from the graphs' generator as a replay would
+                return self.fn(*inputs, graphs.generator, **options)
+            if run is _MISSING or run.epoch != graphs.epoch:  # new shapes, or its generator was replaced
+                run = self._runs[signature] = _CallRun(inputs, graphs.epoch)
+            for static, value in zip(run.inputs, inputs, strict=True):
+                static.copy_(value)
+            if run.graph is None:
+                run.graph = graphs.capture(lambda: self.fn(*run.inputs, graphs.generator, **options))
+                if run.graph is None:
+                    self._runs[signature] = None
+                    return self.fn(*inputs, graphs.generator, **options)
+            run.graph.graph.replay()  # already under the graphs' device
+            return run.graph.outputs.clone()  # the static output is rewritten by the next replay
+
+
+class _CallRun:
+    def __init__(self, inputs: tuple, epoch: int):
+        self.inputs = tuple(t.clone() for t in inputs)
+        self.epoch = epoch
+        self.graph: Graph | None = None

@@ -180,3 +180,17 @@ def test_compute_compile_compiles_the_vocoder_and_keeps_its_samples(tiny, monkey
     assert not calls
     got = convert(compiled, source, reference, seed=2, params={"diffusion_steps": 1}).waveform
     assert calls == ["BigVGAN"] and torch.equal(got, want)
+
+
+def test_the_cfm_solve_replays_as_one_graph_per_window_with_the_eager_samples(tiny, monkeypatch):
+    from helpers import EmulatedGraphs
+
+    loaded = load_model("seedvc", str(tiny), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": "float32"})
+    source, reference = (tone(1.0, 22050), 22050), (tone(1.0, 22050, 300.0), 22050)
+    want = [convert(loaded, source, reference, seed=s, params={"diffusion_steps": 2}).waveform for s in (1, 2)]
+    graphs = EmulatedGraphs()
+    monkeypatch.setattr(loaded.state.handle, "graphs_for", lambda option: graphs)
+    got = [convert(loaded, source, reference, seed=s, params={"diffusion_steps": 2}).waveform for s in (1, 2)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert graphs.captures == 1  # one window shape: captured once, replayed for the second request
