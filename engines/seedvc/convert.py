@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from mizuoto.audio import librosa_soxr, mel, torchaudio_sinc
-from mizuoto.nn import campplus
+from mizuoto.audio import kaldi_fbank, librosa_soxr, mel, torchaudio_sinc
 
 from .content import content_features
 
@@ -90,13 +89,16 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
     settings: MelSettings = model.mel
     device = model.device
     sr, hop = settings.sample_rate, settings.hop_length
-    record = (lambda name, value: trace.__setitem__(name, value.detach().cpu())) if trace is not None else \
-        (lambda name, value: None)
+    record = (lambda name, value: trace.__setitem__(name, value.detach().cpu().clone())) if trace is not None \
+        else (lambda name, value: None)
 
     source_audio = at_rate(*source, sr)
     ref_audio = at_rate(*reference, sr)[:, : sr * REFERENCE_SECONDS]
     ref_16k = torchaudio_sinc.resample(ref_audio, sr, CONTENT_RATE, transform_kernel=False)
     source_16k = torchaudio_sinc.resample(source_audio, sr, CONTENT_RATE, transform_kernel=False)
+    for name, value in (("source_22k", source_audio), ("reference_22k", ref_audio), ("source_16k", source_16k),
+                        ("reference_16k", ref_16k)):
+        record(name, value)
 
     with ctx.step():
         s_alt = content_features(model.content, source_16k.to(device))
@@ -109,7 +111,9 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
     record("mel2", mel_ref)
     target_lengths = torch.tensor([int(mel_source.size(2) * length_adjust)], dtype=torch.long, device=device)
     ref_lengths = torch.tensor([mel_ref.size(2)], dtype=torch.long, device=device)
-    style = campplus.style_vector(model.campplus, ref_16k.to(device))
+    features = kaldi_fbank.campplus_features(ref_16k.to(device))  # upstream's feat2: the mean-removed fbank
+    record("feat2", features)
+    style = model.campplus(features.unsqueeze(0))
     record("style2", style)
 
     with ctx.step():

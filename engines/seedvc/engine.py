@@ -157,8 +157,9 @@ def convert(state: SeedVCLoaded, source, reference, ctx: RequestContext, values:
 
 
 def convert_with_trace(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):
-    """convert(), and every intermediate tensor by upstream's name (S_alt, S_ori, mel, mel2, style2, cond,
-    prompt_condition, vc_target/i, vc_wave/i), for comparisons."""
+    """convert(), and every intermediate tensor by upstream's name (source_22k, reference_22k, source_16k,
+    reference_16k, S_alt, S_ori, mel, mel2, feat2, style2, cond, prompt_condition, vc_target/i, vc_wave/i),
+    for comparisons."""
     trace: dict = {}
     wave = run_conversion(state, source, reference, ctx, values["diffusion_steps"], values["length_adjust"],
                           values["inference_cfg_rate"], trace)

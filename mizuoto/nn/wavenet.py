@@ -114,10 +114,13 @@ class WaveNet(nn.Module):
             g = self.cond_layer(g)
         for i, (in_layer, res_skip_layer) in enumerate(zip(self.in_layers, self.res_skip_layers, strict=True)):
             x_in = in_layer(x)
-            if g is None:
-                pre = x_in + torch.zeros_like(x_in)  # upstream adds a zero conditioning (it turns -0.0 into +0.0)
-            else:
-                pre = x_in + g[:, i * 2 * hidden:(i + 1) * 2 * hidden, :]
+            g_in = torch.zeros_like(x_in) if g is None else g[:, i * 2 * hidden:(i + 1) * 2 * hidden, :]
+            if torch.is_autocast_enabled(x_in.device.type):
+                # upstream's gate is a TorchScript function, and under autocast a scripted function computes in
+                # float32 from float32 copies of its inputs (measured: bit for bit), where eager code would stay
+                # in float16; its float32 output then feeds the next (autocast) convolution
+                x_in, g_in = x_in.float(), g_in.float()
+            pre = x_in + g_in  # upstream adds even a zero conditioning (it turns -0.0 into +0.0)
             gated = torch.tanh(pre[:, :hidden, :]) * torch.sigmoid(pre[:, hidden:, :])
             res_skip = res_skip_layer(gated)
             if i < self.n_layers - 1:

@@ -161,8 +161,8 @@ def test_the_trace_names_every_stage(tiny):
     values = {"diffusion_steps": 1, "length_adjust": 1.0, "inference_cfg_rate": 0.0}
     wave, rate, trace = engine.convert_with_trace(loaded.state, (tone(1.0, 22050), 22050), (tone(1.0, 16000), 16000),
                                                   RequestContext(0), values)
-    assert set(trace) == {"S_alt", "S_ori", "mel", "mel2", "style2", "cond", "prompt_condition", "vc_target/0",
-                          "vc_wave/0"}
+    assert set(trace) == {"source_22k", "reference_22k", "source_16k", "reference_16k", "S_alt", "S_ori", "mel",
+                          "mel2", "feat2", "style2", "cond", "prompt_condition", "vc_target/0", "vc_wave/0"}
     assert trace["S_alt"].shape == (1, 22050 * 16000 // 22050 // 320 + 1, 48) and trace["style2"].shape == (1, 192)
     assert torch.equal(trace["vc_wave/0"], wave)
 
