@@ -37,7 +37,9 @@ Intermediates, recorded by hooks and wrappers around upstream's own objects (wha
 `reference_16k`), `mel`, `mel2` (`to_mel`; its inputs, the 22.05 kHz waves, as `source_22k`, `reference_22k`),
 `feat2` (CAM++'s input, the mean-removed fbank) and `style2` (its output), `cond`, `prompt_condition` (the length
 regulator's two outputs), and per CFM chunk i `vc_target/i` (BigVGAN's input: the CFM output after the prompt is
-cut, as float32) and `vc_wave/i` (BigVGAN's output [0]); the result as `output`.
+cut, `.float()`; the dtype the CFM returned is recorded as `cfm_output_dtype`) and `vc_wave/i` (BigVGAN's output
+[0], cloned before upstream's cross-fade writes into every later chunk's first overlap samples in place); the result
+as `output`.
 
 Storage (the set stays small): a float tensor of at most FULL_LIMIT elements is stored whole; a larger one as the
 SHA-256 of its float32 bytes (C order, little-endian) plus every k-th element (`sample`, `step`), which says how
@@ -295,6 +297,16 @@ def recording(wrapper):
         chunks["vc_target"].append(args[0].clone())
         chunks["vc_wave"].append(out[0].clone())
 
+    cfm_inference = wrapper.model.cfm.inference
+
+    def cfm(*args, **kwargs):  # the dtype the CFM returns under the case's autocast (its tensor: vc_target)
+        out = cfm_inference(*args, **kwargs)
+        chunks.setdefault("cfm_dtype", []).append(str(out.dtype).removeprefix("torch."))
+        return out
+
+    wrapper.model.cfm.inference = cfm
+    cleanup.append(lambda: delattr(wrapper.model.cfm, "inference"))
+
     hooks = [wrapper.campplus_model.register_forward_hook(campplus),
              wrapper.model.length_regulator.register_forward_hook(regulator),
              wrapper.bigvgan_model.register_forward_hook(vocoder)]
@@ -322,6 +334,7 @@ def run_case(wrapper, folder: Path, name: str, case: tuple) -> dict:
             output = done.value
     assert isinstance(output, np.ndarray) and output.dtype == np.float32 and output.ndim == 1, type(output)
     tensors = {key: put(f"{name}/{key}", value) for key, value in trace.items()}
+    cfm_dtypes = chunks.pop("cfm_dtype")
     for key, values in chunks.items():
         for index, value in enumerate(values):
             tensors[f"{key}/{index}"] = put(f"{name}/{key}/{index}", value)
@@ -329,7 +342,7 @@ def run_case(wrapper, folder: Path, name: str, case: tuple) -> dict:
     return {"source": f"audio/{source}.wav", "reference": f"audio/{reference}.wav", "seed": seed,
             "precision": precision, "chunks": len(chunks["vc_target"]),
             "params": {"diffusion_steps": steps, "length_adjust": length_adjust, "inference_cfg_rate": cfg_rate},
-            "vc_target_dtype_in_upstream": "float16 (autocast)" if precision == "float16" else "float32",
+            "cfm_output_dtype": sorted(set(cfm_dtypes)),
             "tensors": tensors}
 
 
