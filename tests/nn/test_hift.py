@@ -12,7 +12,7 @@ off), compared bitwise in a pinned subprocess:
 - the same weights in CosyVoice 2's `parametrizations.weight.original0/1` layout (upstream's module rebuilt with
   torch.nn.utils.parametrizations.weight_norm): the waveform;
 - Seed-VC's real configs/hifigan.yml size (base 512, 80 mels, F0 predictor 512) with procedural weights rebuilt
-  here (`procedural_state`, a copy of the writer's), one 6-frame mel: F0, source, waveform.
+  here (`procedural_state`, the writer's: scripts/parity/seedvc_weights.py), one 6-frame mel: F0, source, waveform.
 In process: checkpoint key layouts in both flavours, folding, one-line errors for bad checkpoints, configs and
 inputs, the draw contract, output lengths, and no host reads during a forward; on CUDA (where present) which
 generator each draw takes.
@@ -33,33 +33,11 @@ from mizuoto.nn.hift_f0 import F0Predictor, F0PredictorConfig
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, reference_dir, run_pinned  # noqa: E402
+from helpers import HostReads, parity_module, reference_dir, run_pinned  # noqa: E402
+
+procedural_state = parity_module("seedvc_weights").hift_state  # the writer's seeded weights
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "nn" / "hift"
-
-
-def procedural_state(layout: dict, seed: int, post_gain: float = 1.0) -> dict:
-    """A copy of scripts/parity/seedvc_hift_references.py's weights (keep them equal)."""
-    state = {}
-    for index, key in enumerate(sorted(layout)):
-        shape = tuple(layout[key])
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-        if key.endswith(("weight_g", "original0")):
-            value = (0.75 + 0.25 * u) * (post_gain if key.startswith("conv_post.") else 1.0)
-        elif key.endswith(".alpha"):
-            value = 1 + 0.5 * u
-        elif key == "f0_predictor.classifier.weight":
-            value = 500 * u * math.sqrt(3.0 / fan_in)
-        elif key == "f0_predictor.classifier.bias":
-            value = 150 * u
-        elif key.endswith("bias"):
-            value = 0.1 * u
-        else:
-            value = u * math.sqrt(3.0 / fan_in)
-        state[key] = value
-    return state
 
 
 def diff(ours: torch.Tensor, theirs: torch.Tensor):

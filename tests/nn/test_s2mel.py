@@ -8,8 +8,9 @@ whisper-small-wavenet preset:
 - the length regulator alone (stretching, shrinking, capped; with F0, and F0's coarse bins);
 - the DiT estimator alone, batch 2 with padding;
 - the full sampler: 1 to 10 steps, guidance 0 and > 0, prompts of 0 and more frames, temperatures.
-The weights come from `fill` (a copy of the writer's), loaded through `S2Mel.load_nets` from upstream's own key
-names (`weight_g` / `weight_v`, unused keys, a `module.` prefix): the loader is part of what is compared.
+The weights come from `fill` (the writer's: scripts/parity/seedvc_weights.py), loaded through
+`S2Mel.load_nets` from upstream's own key names (`weight_g` / `weight_v`, unused keys, a `module.` prefix):
+the loader is part of what is compared.
 In process: preset parsing, strict keys and one-line errors, weight-norm folding, the reflect padding, the
 sampler's draw and call layout, no host reads, and every attention call's MaskInfo against its dense mask.
 """
@@ -31,24 +32,12 @@ from mizuoto.runtime.accel import dispatch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, reference_dir, run_pinned  # noqa: E402
+from helpers import HostReads, parity_module, reference_dir, run_pinned  # noqa: E402
+
+fill = parity_module("seedvc_weights").s2mel_fill  # the writer's seeded parameters
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "nn" / "s2mel"
 CONFIGS = ("wavenet", "xlsr_tiny", "f0_44k", "causal", "real")
-
-
-def fill(name, shape, seed):
-    """A copy of scripts/parity/seedvc_s2mel_references.py's filler (keep them equal)."""
-    g = torch.Generator().manual_seed(seed)
-    u = torch.rand(shape, generator=g) * 2 - 1
-    if name.endswith("weight_g"):
-        return 1 + 0.25 * u
-    if len(shape) == 1 and name.endswith("weight"):
-        return 1 + 0.3 * u
-    if name.endswith("bias"):
-        return 0.1 * u
-    fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-    return u * math.sqrt(3.0 / fan_in)
 
 
 def upstream_nets(entry: dict, refs: dict, prefix: str = "") -> dict:
