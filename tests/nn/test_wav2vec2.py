@@ -326,3 +326,24 @@ def test_bad_input_is_refused():
     mask[1, 20:] = 0
     with pytest.raises(InputError, match="an utterance of 20 samples is too short"):
         ours(torch.zeros(2, 100), attention_mask=mask)
+
+
+def test_the_padded_batch_describes_its_mask_to_the_dispatcher(monkeypatch):
+    """With DEBUG on, every attention call checks that its MaskInfo (right padding, the real frames) says
+    what the dense additive mask says; a batch without padding passes neither."""
+    from mizuoto.runtime.accel import dispatch
+
+    calls = []
+    reference = wav2vec2.ENCODER.reference
+    monkeypatch.setattr(wav2vec2.ENCODER, "reference", lambda *a: calls.append(a[3]) or reference(*a))
+    monkeypatch.setattr(dispatch, "DEBUG", True)
+    model = upstream(*CASES["hubert-stable-layer-even"], seed=16)
+    ours = ours_from(model)
+    values, mask = extract(utterances(17, [2500, 1301]))
+    with torch.inference_mode():
+        ours(values, attention_mask=mask)
+        frames = int(ours.frames_for(2500))
+        assert len(calls) == 3 and all(m is not None and m.shape == (2, 1, frames, frames) for m in calls)
+        calls.clear()
+        ours(values[:1], attention_mask=mask[:1])
+        assert len(calls) == 3 and all(m is None for m in calls)
