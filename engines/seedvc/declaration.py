@@ -6,8 +6,9 @@ from mizuoto.engines.spec import CONVERT, Asset, EngineSpec, Param, Reference
 from .assets import CAMPPLUS_FILE, CAMPPLUS_REPO, DIT_CHECKPOINT, DIT_CONFIG
 
 # How upstream computes (SeedVCWrapper.convert_voice): the Whisper content encoder in float16 and the
-# diffusion under float16 autocast, on every device; "float32" runs both in float32 (slower on a GPU, the
-# numbers upstream gives with its fp16 switched off).
+# diffusion under float16 autocast, on every device. "float32" runs both in float32: upstream has no switch for
+# that (the wrapper always casts; inference.py's --fp16 false keeps Whisper in float16), so its reference is
+# upstream's own code with those two casts taken out (scripts/parity/seedvc_references.py says how).
 PRECISIONS = ("float16", "float32")
 
 ENGINE = EngineSpec(
