@@ -97,6 +97,7 @@ SETS = {s.name: s for s in (
     ReferenceSet("nn/hift", "seedvc", (("seedvc_hift_references.py", OUT),), upstream="seed-vc 0.4.3 (HiFT)"),
     ReferenceSet("nn/s2mel", "seedvc", (("seedvc_s2mel_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (the s2mel DiT, WaveNet, length regulator and CFM)"),
+    ReferenceSet("nn/rmvpe", "seedvc", (("seedvc_rmvpe_references.py", OUT),), upstream="seed-vc 0.4.3 (RMVPE)"),
     ReferenceSet("seedvc", "seedvc", (("seedvc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice, v1 offline)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
