@@ -53,15 +53,27 @@ def _mel_to_hz(mels: np.ndarray) -> np.ndarray:
     return freqs
 
 
-def librosa_slaney_bank(sample_rate: int, n_fft: int, n_mels: int, f_min: float = 0.0,
-                        f_max: float | None = None) -> np.ndarray:
-    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax) with its defaults (Slaney scale and norm,
-    float32): a (n_mels, n_fft // 2 + 1) array. `f_max` None is librosa's sr / 2."""
+def _hz_to_htk_mel(frequency) -> np.ndarray:
+    # librosa keeps a 0-d array here (np.asanyarray of the scalar) and takes numpy's log10.
+    return 2595.0 * np.log10(1.0 + np.asanyarray(frequency) / 700.0)
+
+
+def _htk_mel_to_hz(mels: np.ndarray) -> np.ndarray:
+    return 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+
+
+def librosa_bank(sample_rate: int, n_fft: int, n_mels: int, f_min: float = 0.0, f_max: float | None = None,
+                 htk: bool = False) -> np.ndarray:
+    """librosa.filters.mel(sr, n_fft, n_mels, fmin, fmax, htk) with its Slaney area normalisation, float32:
+    a (n_mels, n_fft // 2 + 1) array. The band edges are evenly spaced on the Slaney mel scale (librosa's
+    default) or the HTK one (`htk`, RMVPE's); band i rises from edge i to i + 1 and falls to i + 2. `f_max`
+    None is librosa's sr / 2."""
     if f_max is None:
         f_max = float(sample_rate) / 2
+    to_mel, to_hz = (_hz_to_htk_mel, _htk_mel_to_hz) if htk else (_hz_to_mel, _mel_to_hz)
     weights = np.zeros((n_mels, 1 + n_fft // 2), dtype=np.float32)
     fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate)
-    mel_f = _mel_to_hz(np.linspace(_hz_to_mel(f_min), _hz_to_mel(f_max), n_mels + 2))
+    mel_f = to_hz(np.linspace(to_mel(f_min), to_mel(f_max), n_mels + 2))
     fdiff = np.diff(mel_f)
     ramps = np.subtract.outer(mel_f, fft_freqs)
     for i in range(n_mels):
@@ -70,6 +82,12 @@ def librosa_slaney_bank(sample_rate: int, n_fft: int, n_mels: int, f_min: float 
         weights[i] = np.maximum(0, np.minimum(lower, upper))  # rounded to float32 here ...
     weights *= (2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels]))[:, np.newaxis]  # ... and again here
     return weights
+
+
+def librosa_slaney_bank(sample_rate: int, n_fft: int, n_mels: int, f_min: float = 0.0,
+                        f_max: float | None = None) -> np.ndarray:
+    """librosa.filters.mel with its defaults (Slaney scale and norm): `librosa_bank(..., htk=False)`."""
+    return librosa_bank(sample_rate, n_fft, n_mels, f_min, f_max)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ import torch
 
 from mizuoto.core.errors import InputError
 
+from . import mel
+
 SAMPLE_RATE = 16000
 N_FFT = 1024
 WIN_LENGTH = 1024
@@ -35,42 +37,11 @@ F_MAX = 8000
 LOG_FLOOR = 1e-5  # upstream's clamp before the log
 
 
-# --------------------------------------------------------------------------------------------------
-# librosa's mel filter bank on the HTK scale
-
-
-def _hz_to_htk_mel(frequency) -> np.ndarray:
-    # librosa keeps a 0-d array here (np.asanyarray of the scalar) and takes numpy's log10.
-    return 2595.0 * np.log10(1.0 + np.asanyarray(frequency) / 700.0)
-
-
-def _htk_mel_to_hz(mels: np.ndarray) -> np.ndarray:
-    return 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
-
-
 def librosa_htk_bank(sample_rate: int, n_fft: int, n_mels: int, f_min: float = 0.0,
                      f_max: float | None = None) -> np.ndarray:
-    """librosa 0.11's `filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=True)`: HTK-scale band edges, librosa's
-    default Slaney area normalisation, a float32 (n_mels, n_fft // 2 + 1) array.
-
-    librosa computes in float64 and stores into a float32 array twice: each triangle row is rounded to float32
-    when it is written, then the whole bank is multiplied in place by the float64 normalisation and rounded
-    again. The same numpy calls run here in the same order, so the matrix is librosa's bit for bit. (The
-    Slaney-scale bank, mizuoto/audio/mel.py's `librosa_slaney_bank`, differs only in the scale conversion.)"""
-    if f_max is None:
-        f_max = float(sample_rate) / 2
-    bank = np.zeros((n_mels, 1 + n_fft // 2), dtype=np.float32)
-    fft_freqs = np.fft.rfftfreq(n=n_fft, d=1.0 / sample_rate)
-    # n_mels + 2 edges evenly spaced in mels: band i rises from edge i to i + 1 and falls to i + 2
-    edges = _htk_mel_to_hz(np.linspace(_hz_to_htk_mel(f_min), _hz_to_htk_mel(f_max), n_mels + 2))
-    widths = np.diff(edges)
-    offsets = np.subtract.outer(edges, fft_freqs)  # edge minus bin frequency, (n_mels + 2, bins)
-    for band in range(n_mels):
-        rising = -offsets[band] / widths[band]
-        falling = offsets[band + 2] / widths[band + 1]
-        bank[band] = np.maximum(0, np.minimum(rising, falling))  # first rounding to float32
-    bank *= (2.0 / (edges[2:n_mels + 2] - edges[:n_mels]))[:, np.newaxis]  # second rounding
-    return bank
+    """librosa 0.11's `filters.mel(sr, n_fft, n_mels, fmin, fmax, htk=True)` (mizuoto/audio/mel.py's
+    `librosa_bank`, bit for bit librosa's: the same numpy calls in the same order)."""
+    return mel.librosa_bank(sample_rate, n_fft, n_mels, f_min, f_max, htk=True)
 
 
 @lru_cache(maxsize=4)
