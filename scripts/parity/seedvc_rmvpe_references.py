@@ -38,7 +38,6 @@ are stored so that everything before that power can be compared bit for bit.
 
 import hashlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -46,6 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
+from seedvc_weights import rmvpe_state as procedural_state  # noqa: E402  (the test's too)
 
 pin_process()
 
@@ -70,44 +70,6 @@ def put(name, array):
     return name
 
 
-# --- the weights: a copy of tests/nn/test_rmvpe.py's `procedural_state` (keep them equal) -------------------
-
-
-def procedural_state(layout: dict, seed: int) -> dict:
-    """Every tensor of an upstream E2E state dict (key -> shape) drawn from its own generator, in sorted key
-    order: BatchNorm weights in [0.5, 1.5], biases and running means in +-0.2, running variances in [0.5, 2]
-    (the input BatchNorm's mean about -6 and variance about 9, the range of the log-mels), convolution and
-    head weights U(+-sqrt(3 / fan_in)), the GRU U(+-1 / sqrt(256)) as torch draws it, the head's bias about -4.8
-    (so the sigmoid's maxima straddle the 0.03 threshold), num_batches_tracked the key's index."""
-    state = {}
-    for index, key in enumerate(sorted(layout)):
-        shape = tuple(layout[key])
-        if key.endswith("num_batches_tracked"):
-            state[key] = torch.tensor(index, dtype=torch.long)
-            continue
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-        is_norm = len(shape) == 1 and ("running_" in key or f"{key.rpartition('.')[0]}.running_mean" in layout)
-        if key.startswith("unet.encoder.bn."):
-            value = {"weight": 1 + 0.5 * u, "bias": 0.2 * u, "running_mean": -6 + u,
-                     "running_var": 9 + 2 * u}[key.rpartition(".")[2]]
-        elif is_norm and key.endswith("running_var"):
-            value = 1.25 + 0.75 * u
-        elif is_norm and key.endswith(".weight"):
-            value = 1 + 0.5 * u
-        elif is_norm:  # bias, running_mean
-            value = 0.2 * u
-        elif ".gru." in key:
-            value = u / 16
-        elif key == "fc.1.bias":
-            value = -4.8 + 0.5 * u
-        elif key.endswith("bias"):
-            value = 0.1 * u
-        else:
-            value = u * math.sqrt(3.0 / fan_in)
-        state[key] = value
-    return state
 
 
 # ---------------------------------------------------------------------------------------------------------

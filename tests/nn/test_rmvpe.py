@@ -4,8 +4,9 @@ Against tests/parity/data/nn/rmvpe (scripts/parity/seedvc_rmvpe_references.py; t
 oneDNN off, upstream's RMVPE built by its own __init__ from a temporary rmvpe.pt), compared bitwise in a pinned
 subprocess:
 - the mel filter bank (librosa's HTK bank) and the Hann window, by sha256;
-- three E2E configurations with every tensor drawn by `procedural_state` (a copy of the writer's, rebuilt here;
-  no weights are stored): a small one, an odd one (identity shortcuts, 2 GRU layers, kernel (1, 2)) and
+- three E2E configurations with every tensor drawn by `procedural_state` (the writer's, from
+  scripts/parity/seedvc_weights.py, rebuilt here; no weights are stored): a small one, an odd one (identity
+  shortcuts, 2 GRU layers, kernel (1, 2)) and
   rmvpe.pt's real E2E(4, 1, (2, 2)) (90 M parameters), loaded through `load_rmvpe` from upstream's key names;
 - per recording (600 samples, silence, 0.6 s + 77 samples given as float64 numpy, a 2 s vibrato tone, ...):
   the log-mel, the salience from upstream's mel (`mel2hidden` alone), the cents from our own salience end to end
@@ -41,42 +42,13 @@ from mizuoto.nn import rmvpe
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, reference_dir, run_pinned  # noqa: E402
+from helpers import HostReads, parity_module, reference_dir, run_pinned  # noqa: E402
+
+procedural_state = parity_module("seedvc_weights").rmvpe_state  # the writer's seeded weights
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "nn" / "rmvpe"
 
 
-def procedural_state(layout: dict, seed: int) -> dict:
-    """A copy of scripts/parity/seedvc_rmvpe_references.py's weights (keep them equal)."""
-    state = {}
-    for index, key in enumerate(sorted(layout)):
-        shape = tuple(layout[key])
-        if key.endswith("num_batches_tracked"):
-            state[key] = torch.tensor(index, dtype=torch.long)
-            continue
-        g = torch.Generator().manual_seed(seed + index)
-        u = torch.rand(shape, generator=g) * 2 - 1
-        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-        is_norm = len(shape) == 1 and ("running_" in key or f"{key.rpartition('.')[0]}.running_mean" in layout)
-        if key.startswith("unet.encoder.bn."):
-            value = {"weight": 1 + 0.5 * u, "bias": 0.2 * u, "running_mean": -6 + u,
-                     "running_var": 9 + 2 * u}[key.rpartition(".")[2]]
-        elif is_norm and key.endswith("running_var"):
-            value = 1.25 + 0.75 * u
-        elif is_norm and key.endswith(".weight"):
-            value = 1 + 0.5 * u
-        elif is_norm:  # bias, running_mean
-            value = 0.2 * u
-        elif ".gru." in key:
-            value = u / 16
-        elif key == "fc.1.bias":
-            value = -4.8 + 0.5 * u
-        elif key.endswith("bias"):
-            value = 0.1 * u
-        else:
-            value = u * math.sqrt(3.0 / fan_in)
-        state[key] = value
-    return state
 
 
 def config_of(arguments: dict) -> rmvpe.RMVPEConfig:
