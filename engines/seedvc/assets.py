@@ -1,5 +1,5 @@
 """Where a Seed-VC model's files are: the DiT checkpoint with its preset, and the three models upstream downloads
-beside it (the Whisper content encoder, the BigVGAN vocoder, CAM++).
+beside it (the content encoder, the vocoder, CAM++).
 
 Upstream (SeedVCWrapper) fetches each from its own Hugging Face repo. Here a model is a folder holding the DiT
 files as `Plachta/Seed-VC` publishes them; each other asset is looked for inside that folder and beside it (in
@@ -11,7 +11,16 @@ files as `Plachta/Seed-VC` publishes them; each other asset is looked for inside
     models/tts/seedvc/nvidia--bigvgan_v2_22khz_80band_256x/  (config.json, bigvgan_generator.pt)
     models/tts/seedvc/funasr--campplus/campplus_cn_common.bin   (or the .bin in the model folder itself)
 
-The preset names the Whisper and BigVGAN repos (`speech_tokenizer.name`, `vocoder.name`), as upstream reads them.
+The real-time model (`inference_realtime.load_models`) is the other DiT pair of that repo, with XLS-R content and the
+HiFT vocoder:
+
+    models/tts/seedvc/Plachta--Seed-VC/DiT_uvit_tat_xlsr_ema.pth, config_dit_mel_seed_uvit_xlsr_tiny.yml
+    models/tts/seedvc/facebook--wav2vec2-xls-r-300m/  (config.json, preprocessor_config.json, pytorch_model.bin)
+    models/tts/seedvc/FunAudioLLM--CosyVoice-300M/hift.pt     (a hifigan.yml beside it overrides the config)
+
+A folder holding both DiT pairs loads the offline model; point at DiT_uvit_tat_xlsr_ema.pth for the real-time one.
+The preset names the content encoder's repo (`speech_tokenizer.name`) and BigVGAN's (`vocoder.name`), as upstream
+reads them; HiFT's repo is fixed in upstream's loader.
 """
 
 from __future__ import annotations
@@ -25,14 +34,20 @@ from mizuoto.core.errors import CheckpointError
 DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"
 DIT_CONFIG = "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"
 CAMPPLUS_REPO, CAMPPLUS_FILE = "funasr/campplus", "campplus_cn_common.bin"
+# upstream's real-time model (inference_realtime.py: load_models), and its vocoder's file
+REALTIME_CHECKPOINT = "DiT_uvit_tat_xlsr_ema.pth"
+REALTIME_CONFIG = "config_dit_mel_seed_uvit_xlsr_tiny.yml"
+HIFT_REPO, HIFT_FILE = "FunAudioLLM/CosyVoice-300M", "hift.pt"
+HIFT_CONFIG = "hifigan.yml"  # optional beside hift.pt; else seed-vc's configs/hifigan.yml values (HiFTConfig())
+PRESETS = {DIT_CHECKPOINT: DIT_CONFIG, REALTIME_CHECKPOINT: REALTIME_CONFIG}  # each released checkpoint's preset
 
 
 @dataclass(frozen=True)
 class Files:
     checkpoint: Path
     config: Path
-    whisper: Path  # a transformers Whisper folder
-    bigvgan: Path  # a BigVGAN folder (config.json, bigvgan_generator.pt)
+    content: Path  # a transformers folder: Whisper (whisper) or Wav2Vec2Model (xlsr)
+    vocoder: Path  # a BigVGAN folder (config.json, bigvgan_generator.pt) or HiFT's hift.pt
     campplus: Path  # the CAM++ state dict
 
 
@@ -40,18 +55,19 @@ def dit_files(path: Path) -> tuple[Path, Path]:
     """The DiT checkpoint and its preset: `path` is the checkpoint itself or the folder holding it."""
     if path.is_file():
         folder, checkpoint = path.parent, path
-        configs = [folder / DIT_CONFIG] if (folder / DIT_CONFIG).is_file() else sorted(folder.glob("*.yml"))
     else:
-        folder, checkpoint = path, path / DIT_CHECKPOINT
+        folder = path
+        checkpoint = next((path / name for name in PRESETS if (path / name).is_file()), path / DIT_CHECKPOINT)
         if not checkpoint.is_file():
             found = sorted(path.glob("*.pth"))
             if len(found) != 1:
                 raise CheckpointError(f"{path} holds no {DIT_CHECKPOINT} (Seed-VC v1's model, from Plachta/Seed-VC)"
                                       + (f"; it has {len(found)} .pth files: point at one" if found else ""))
             checkpoint = found[0]
-        configs = [path / DIT_CONFIG] if (path / DIT_CONFIG).is_file() else sorted(path.glob("*.yml"))
+    preset = folder / PRESETS.get(checkpoint.name, DIT_CONFIG)
+    configs = [preset] if preset.is_file() else sorted(folder.glob("*.yml"))
     if len(configs) != 1:
-        raise CheckpointError(f"{folder} needs the model's preset beside {checkpoint.name} ({DIT_CONFIG} from "
+        raise CheckpointError(f"{folder} needs the model's preset beside {checkpoint.name} ({preset.name} from "
                               f"Plachta/Seed-VC)" + (f"; it has {len(configs)} .yml files" if configs else ""))
     return checkpoint, configs[0]
 
@@ -78,9 +94,19 @@ def find_campplus(folder: Path) -> Path:
                           f"{folder.parent / CAMPPLUS_REPO.replace('/', '--')} or in {folder}")
 
 
-def locate(path: Path, whisper_repo: str, vocoder_repo: str) -> Files:
+CONTENT_FILES = {"whisper": ("config.json", "its Whisper content encoder"),
+                 "xlsr": ("preprocessor_config.json", "its XLS-R content encoder")}
+
+
+def locate(path: Path, content: tuple[str, str], vocoder: tuple[str, str | None]) -> Files:
+    """The model's files; `content` and `vocoder` are (preset type, repo) pairs (the hifigan vocoder's repo is
+    upstream's fixed HIFT_REPO)."""
     checkpoint, config = dit_files(path)
     folder = checkpoint.parent
-    return Files(checkpoint, config, find_folder(folder, whisper_repo, "config.json", "its Whisper content encoder"),
-                 find_folder(folder, vocoder_repo, "bigvgan_generator.pt", "its BigVGAN vocoder"),
-                 find_campplus(folder))
+    needs, what = CONTENT_FILES[content[0]]
+    content_folder = find_folder(folder, content[1], needs, what)
+    if vocoder[0] == "hifigan":
+        vocoder_file = find_folder(folder, HIFT_REPO, HIFT_FILE, "its HiFT vocoder") / HIFT_FILE
+    else:
+        vocoder_file = find_folder(folder, vocoder[1], "bigvgan_generator.pt", "its BigVGAN vocoder")
+    return Files(checkpoint, config, content_folder, vocoder_file, find_campplus(folder))

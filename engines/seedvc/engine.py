@@ -1,4 +1,6 @@
-"""Loading and converting for Seed-VC (v1 offline: Whisper content, CAM++ style, the s2mel DiT, BigVGAN)."""
+"""Loading and converting for Seed-VC v1: the offline model (Whisper content, BigVGAN) and the real-time one
+(XLS-R content, HiFT), both with CAM++ style and the s2mel DiT; the preset's `speech_tokenizer.type` and
+`vocoder.type` choose the encoder and the vocoder, as upstream's loaders do."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.nn import bigvgan, campplus
+from mizuoto.nn import bigvgan, campplus, hift
 from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
@@ -19,11 +21,11 @@ from mizuoto.runtime.graphs import GraphedCall
 from mizuoto.runtime.handles import ModelHandle
 
 from . import assets
-from .content import load_encoder
+from .content import load_encoder, load_xlsr
 from .convert import MelSettings, autocast_for
 from .convert import convert as run_conversion
 
-SAMPLE_RATE = 22050  # v1 offline; the preset's sr
+SAMPLE_RATE = 22050  # v1 offline and real-time; the preset's sr
 
 
 @dataclass
@@ -33,11 +35,11 @@ class SeedVCLoaded:
     campplus: nn.Module
     vocoder: nn.Module
     mel: MelSettings
-    float16: bool  # upstream's precision: the content encoder in float16, the CFM under float16 autocast
+    float16: bool  # upstream's precision: the CFM under float16 autocast (and the Whisper encoder in float16)
     source: str
     handle: ModelHandle
     options: RuntimeOptions
-    compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager)
+    compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager; HiFT always eager)
     _flow: GraphedCall | None = None  # the CFM solve of one window, one CUDA graph per window length
 
     def flow(self) -> GraphedCall:
@@ -57,8 +59,14 @@ class SeedVCLoaded:
     def autocast(self):
         return autocast_for(self.device, self.float16)
 
-    def vocode(self, mel: torch.Tensor) -> torch.Tensor:
-        return (self.compiled_vocoder or self.vocoder)(mel)
+    def vocode(self, mel: torch.Tensor, generator: torch.Generator, ctx: RequestContext) -> torch.Tensor:
+        """(1, mels, frames) -> (1, samples). HiFT draws its source's phases and noise from `generator` (right
+        after the window's CFM noise, as upstream's global generator); off the CPU its phases come from the
+        request's CPU generator, as upstream draws them on the CPU."""
+        if isinstance(self.vocoder, hift.HiFTGenerator):
+            cpu = None if self.device.type == "cpu" else ctx.generator_for(torch.device("cpu"))
+            return self.vocoder(mel, generator, cpu_generator=cpu)
+        return (self.compiled_vocoder or self.vocoder)(mel)[0]
 
 
 def _preset(path: Path) -> dict:
@@ -82,11 +90,17 @@ def _repo(params: dict, section: str) -> str:
     return name
 
 
-def _mel_settings(preset: dict, path: Path) -> MelSettings:
+def _mel_settings(preset: dict, path: Path, realtime: bool) -> MelSettings:
+    """The offline wrapper takes fmin 0 and fmax None whatever the preset says; the real-time loader takes the
+    preset's fmin (default 0) and fmax 8000 unless the preset's fmax is the string "None" (whatever its value)."""
     try:
         spect = preset["preprocess_params"]["spect_params"]
-        return MelSettings(int(preset["preprocess_params"]["sr"]), int(spect["n_fft"]), int(spect["win_length"]),
-                           int(spect["hop_length"]), int(spect["n_mels"]))
+        sizes = (int(preset["preprocess_params"]["sr"]), int(spect["n_fft"]), int(spect["win_length"]),
+                 int(spect["hop_length"]), int(spect["n_mels"]))
+        if not realtime:
+            return MelSettings(*sizes)
+        return MelSettings(*sizes, f_min=float(spect.get("fmin", 0)),
+                           f_max=None if spect.get("fmax", "None") == "None" else 8000.0)
     except (KeyError, TypeError, ValueError):
         raise CheckpointError(f"{path} has no complete preprocess_params (sr, spect_params)") from None
 
@@ -105,6 +119,47 @@ def _load_vocoder(folder: Path, device) -> nn.Module:
     return bigvgan.load_bigvgan(state, config, device=device, source=str(checkpoint))
 
 
+def _load_hift(checkpoint: Path, device) -> hift.HiFTGenerator:
+    """hift.pt with seed-vc's configs/hifigan.yml (HiFTConfig's defaults), or a hifigan.yml beside it."""
+    import yaml
+
+    config = hift.HiFTConfig()
+    custom = checkpoint.parent / assets.HIFT_CONFIG
+    if custom.is_file():
+        try:
+            config = hift.HiFTConfig.from_dict(yaml.safe_load(custom.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as error:
+            raise CheckpointError(f"cannot read {custom} ({' '.join(str(error).split())[:120]})") from None
+    try:
+        state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged or foreign file, said in one line
+        raise CheckpointError(f"{checkpoint} is not a readable checkpoint ({' '.join(str(error).split())[:160]})") \
+            from None
+    return hift.load_hift(state, config, device=device, source=str(checkpoint))
+
+
+# XLS-R content and the HiFT vocoder (the real-time model: assets.py, content.py, SeedVCLoaded.vocode) are ported
+# and were checked bit for bit against upstream's api.inference (tests/parity/data/seedvc_realtime); they are
+# turned on together with their comparison test and the update of test_seedvc_local.py's refusal test.
+CONTENT_TYPES = ("whisper",)
+VOCODER_TYPES = ("bigvgan",)
+
+
+def _model_types(params: dict, preset_path: Path) -> tuple[str, str]:
+    """The preset's content encoder and vocoder types, refused in one line where we have no port."""
+    content = (params.get("speech_tokenizer") or {}).get("type", "whisper")
+    vocoder = (params.get("vocoder") or {}).get("type", "bigvgan")
+    if content not in CONTENT_TYPES:
+        raise CheckpointError(f"{preset_path} uses the {content} content encoder; only the Whisper one (v1 offline) "
+                              f"is supported so far")
+    if vocoder not in VOCODER_TYPES:
+        raise CheckpointError(f"{preset_path} uses the {vocoder} vocoder; only BigVGAN (v1 offline) is supported "
+                              f"so far")
+    if (params.get("length_regulator") or {}).get("f0_condition") or (params.get("DiT") or {}).get("f0_condition"):
+        raise CheckpointError(f"{preset_path} is the singing (F0) model; only v1 offline speech is supported so far")
+    return content, vocoder
+
+
 def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: RuntimeOptions) -> SeedVCLoaded:
     if dtype != torch.float32:
         raise InputError("Seed-VC loads in float32 (upstream's float16 is its precision option: "
@@ -114,28 +169,28 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
     preset_path = assets.dit_files(Path(path))[1]
     preset = _preset(preset_path)
     params = preset["model_params"]
-    if (params.get("speech_tokenizer") or {}).get("type", "whisper") != "whisper":
-        raise CheckpointError(f"{preset_path} uses the {params['speech_tokenizer']['type']} content encoder; only "
-                              f"the Whisper one (v1 offline) is supported so far")
-    if (params.get("vocoder") or {}).get("type", "bigvgan") != "bigvgan":
-        raise CheckpointError(f"{preset_path} uses the {params['vocoder']['type']} vocoder; only BigVGAN "
-                              f"(v1 offline) is supported so far")
-    if (params.get("length_regulator") or {}).get("f0_condition") or (params.get("DiT") or {}).get("f0_condition"):
-        raise CheckpointError(f"{preset_path} is the singing (F0) model; only v1 offline speech is supported so far")
-    files = assets.locate(Path(path), _repo(params, "speech_tokenizer"), _repo(params, "vocoder"))
+    content_type, vocoder_type = _model_types(params, preset_path)
+    vocoder_repo = assets.HIFT_REPO if vocoder_type == "hifigan" else _repo(params, "vocoder")
+    files = assets.locate(Path(path), (content_type, _repo(params, "speech_tokenizer")), (vocoder_type, vocoder_repo))
     float16 = options.load_options.get("precision", "float16") == "float16"
     s2mel = S2Mel.from_checkpoint(files.checkpoint, S2MelConfig.from_model_params(params)).to(device)
-    content = load_encoder(files.whisper, device, torch.float16 if float16 else torch.float32)
+    if content_type == "xlsr":  # float16 in either precision, as upstream's `.half()`
+        content = load_xlsr(files.content, params["speech_tokenizer"].get("output_layer"), device)
+    else:
+        content = load_encoder(files.content, device, torch.float16 if float16 else torch.float32)
     speaker = campplus.load_campplus(files.campplus, config=None, device=device)
-    vocoder = _load_vocoder(files.bigvgan, device)
+    vocoder = _load_hift(files.vocoder, device) if vocoder_type == "hifigan" else _load_vocoder(files.vocoder, device)
     modules = nn.ModuleList([s2mel, content, speaker, vocoder])
-    loaded = SeedVCLoaded(s2mel, content, speaker, vocoder, _mel_settings(preset, preset_path), float16,
-                          str(files.checkpoint), ModelHandle(modules, device), options)
+    loaded = SeedVCLoaded(s2mel, content, speaker, vocoder, _mel_settings(preset, preset_path, content_type == "xlsr"),
+                          float16, str(files.checkpoint), ModelHandle(modules, device), options)
     return _compiled(loaded, options)
 
 
 def _compiled(loaded: SeedVCLoaded, options: RuntimeOptions) -> SeedVCLoaded:
-    """compute.compile: BigVGAN compiled (the vocoder's share of the time grows with the audio's length)."""
+    """compute.compile: BigVGAN compiled (the vocoder's share of the time grows with the audio's length). HiFT
+    stays eager: its random draws take the request's generator."""
+    if isinstance(loaded.vocoder, hift.HiFTGenerator):
+        return replace(loaded, options=options)
     return replace(loaded, options=options,
                    compiled_vocoder=compile_module(loaded.vocoder, options.compile, "seedvc.bigvgan",
                                                    device=loaded.device))
