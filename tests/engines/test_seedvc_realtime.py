@@ -42,7 +42,7 @@ import torch
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import reference_dir, run_pinned  # noqa: E402
+from helpers import parity_module, reference_dir, run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "seedvc_realtime"
 CASES = ("default_float16", "default_fp16_false", "source_44k_adjust0.8_cfg0_float16", "long_source_float16")
@@ -102,6 +102,55 @@ def reference_diffs(folder: Path) -> dict:
     return out
 
 
+def real_size_inputs(entry: dict) -> dict:
+    """The writer's real_inputs(): one seeded generator, the shapes in order, the prompt mel shifted by -3."""
+    g = torch.Generator().manual_seed(entry["seed"] + 1)
+    shapes = {"content": (1, 50, 1024), "prompt_content": (1, 14, 1024), "prompt": (1, 80, 16), "style": (1, 192)}
+    inputs = {name: torch.randn(shape, generator=g) for name, shape in shapes.items()}
+    inputs["prompt"] = inputs["prompt"] - 3
+    return inputs
+
+
+def real_size_diffs(folder: Path) -> dict:
+    """The released real-time preset's DiT and regulator at their real sizes, weights refilled as the writer filled
+    them (seedvc_weights.s2mel_fill over each net's sorted parameter names): 'real/<name>' -> diff()."""
+    import math
+
+    from safetensors.numpy import load_file
+    from test_seedvc_engine import diff
+
+    from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig
+
+    fill = parity_module("seedvc_weights").s2mel_fill
+    refs = load_file(str(folder / "references.safetensors"))
+    entry = json.loads((folder / "references.json").read_text())["real_size"]
+    nets = {}
+    for net in S2Mel.NETS:
+        record = entry[net]
+        nets[net] = {name: fill(name, tuple(shape), record["seed"] + index)
+                     for index, (name, shape) in enumerate(record["params"])}
+    half = 128  # the time embedder's frequency table and upstream's position buffer, as upstream computes them
+    nets["cfm"]["estimator.t_embedder.freqs"] = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32)
+                                                          / half)
+    nets["cfm"]["estimator.input_pos"] = torch.arange(16384)
+    assert sorted(entry["cfm"]["buffers"]) == ["estimator.input_pos", "estimator.t_embedder.freqs"]
+    model = S2Mel(S2MelConfig.from_model_params(entry["model_params"]))
+    model.load_nets(nets)
+    model.eval()
+    inputs = real_size_inputs(entry)
+    lengths = entry["lengths"]
+    with torch.inference_mode():
+        cond = model.length_regulator(inputs["content"], ylens=torch.tensor([lengths["cond"]]))[0]
+        prompt_condition = model.length_regulator(inputs["prompt_content"],
+                                                  ylens=torch.tensor([lengths["prompt_condition"]]))[0]
+        condition = torch.cat([prompt_condition, cond], dim=1)
+        out = model.cfm.inference(condition, torch.tensor([condition.size(1)]), inputs["prompt"], inputs["style"],
+                                  torch.Generator().manual_seed(entry["seed"] + 2), steps=entry["steps"],
+                                  cfg_rate=entry["cfg_rate"])
+    got = {"cond": cond, "prompt_condition": prompt_condition, "cfm": out}
+    return {f"real/{name}": diff(got[name], stored, refs) for name, stored in entry["tensors"].items()}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Against upstream's references (pinned subprocess)
 
@@ -110,6 +159,14 @@ def reference_diffs(folder: Path) -> dict:
 def pinned_diffs() -> dict:
     """One pinned subprocess for both reference tests (every case converted twice)."""
     return run_pinned(__file__, reference_dir("seedvc_realtime"), timeout=1800)
+
+
+def test_the_real_size_dit_and_regulator_are_upstreams_bit_for_bit():
+    """The released preset's sizes (DiT 384 x 9, 6 heads; XLS-R's 1024 channels into the regulator): defaults a
+    tiny configuration could hide. Needs no loader, so it runs before the model is turned on too."""
+    got = run_pinned(__file__, reference_dir("seedvc_realtime"), "real-size", timeout=900)
+    assert set(got) == {"real/cond", "real/prompt_condition", "real/cfm"}
+    assert all(value == 0.0 for value in got.values()), got
 
 
 def expected_trace(case: dict) -> set:
@@ -261,4 +318,5 @@ def test_a_missing_asset_is_named_with_where_it_goes(tmp_path, missing, message)
 
 if __name__ == "__main__":  # the pinned subprocess of the reference tests
     torch.set_num_threads(1)
-    print(json.dumps(reference_diffs(Path(sys.argv[1]))))
+    folder = Path(sys.argv[1])
+    print(json.dumps(real_size_diffs(folder) if sys.argv[2:] == ["real-size"] else reference_diffs(folder)))
