@@ -138,11 +138,8 @@ def _load_hift(checkpoint: Path, device) -> hift.HiFTGenerator:
     return hift.load_hift(state, config, device=device, source=str(checkpoint))
 
 
-# XLS-R content and the HiFT vocoder (the real-time model: assets.py, content.py, SeedVCLoaded.vocode) are ported
-# and were checked bit for bit against upstream's api.inference (tests/parity/data/seedvc_realtime); they are
-# turned on together with their comparison test and the update of test_seedvc_local.py's refusal test.
-CONTENT_TYPES = ("whisper",)
-VOCODER_TYPES = ("bigvgan",)
+CONTENT_TYPES = ("whisper", "xlsr")  # v1 offline, v1 real-time
+VOCODER_TYPES = ("bigvgan", "hifigan")
 
 
 def _model_types(params: dict, preset_path: Path) -> tuple[str, str]:
@@ -150,13 +147,14 @@ def _model_types(params: dict, preset_path: Path) -> tuple[str, str]:
     content = (params.get("speech_tokenizer") or {}).get("type", "whisper")
     vocoder = (params.get("vocoder") or {}).get("type", "bigvgan")
     if content not in CONTENT_TYPES:
-        raise CheckpointError(f"{preset_path} uses the {content} content encoder; only the Whisper one (v1 offline) "
-                              f"is supported so far")
+        raise CheckpointError(f"{preset_path} uses the {content} content encoder; only Whisper (v1 offline) and "
+                              f"XLS-R (v1 real-time) are supported so far")
     if vocoder not in VOCODER_TYPES:
-        raise CheckpointError(f"{preset_path} uses the {vocoder} vocoder; only BigVGAN (v1 offline) is supported "
-                              f"so far")
+        raise CheckpointError(f"{preset_path} uses the {vocoder} vocoder; only BigVGAN (v1 offline) and HiFT "
+                              f"(v1 real-time) are supported so far")
     if (params.get("length_regulator") or {}).get("f0_condition") or (params.get("DiT") or {}).get("f0_condition"):
-        raise CheckpointError(f"{preset_path} is the singing (F0) model; only v1 offline speech is supported so far")
+        raise CheckpointError(f"{preset_path} is the singing (F0) model; only v1 speech conversion (offline and "
+                              f"real-time) is supported so far")
     return content, vocoder
 
 

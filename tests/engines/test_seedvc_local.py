@@ -104,15 +104,23 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
     from mizuoto import engines
     from mizuoto.host import catalog
 
-    sources = {"Plachta/Seed-VC": tiny, "openai/whisper-small": tiny / "whisper-small",
-               "nvidia/bigvgan_v2_22khz_80band_256x": tiny / "bigvgan_v2_22khz_80band_256x",
-               "funasr/campplus": tiny}
+    realtime = Path(__file__).resolve().parents[1] / "parity" / "data" / "seedvc_realtime" / "model"
+    xlsr = tmp_path / "xlsr"  # the released XLS-R repo holds pytorch_model.bin
+    shutil.copytree(realtime / "wav2vec2-xls-r-300m", xlsr)
+    from safetensors.torch import load_file
+
+    torch.save(load_file(str(xlsr / "model.safetensors")), xlsr / "pytorch_model.bin")
+    sources = {"Plachta/Seed-VC": (tiny, realtime), "openai/whisper-small": (tiny / "whisper-small",),
+               "nvidia/bigvgan_v2_22khz_80band_256x": (tiny / "bigvgan_v2_22khz_80band_256x",),
+               "funasr/campplus": (tiny,), "facebook/wav2vec2-xls-r-300m": (xlsr,),
+               "FunAudioLLM/CosyVoice-300M": (realtime / "CosyVoice-300M",)}
     calls = []
 
     def snapshot_download(repo_id, local_dir, allow_patterns=None):
         calls.append((repo_id, tuple(allow_patterns or ())))
         for name in allow_patterns:
-            shutil.copy(sources[repo_id] / name, Path(local_dir) / name)
+            source = next(folder / name for folder in sources[repo_id] if (folder / name).is_file())
+            shutil.copy(source, Path(local_dir) / name)
 
     hub = types.ModuleType("huggingface_hub")
     hub.snapshot_download = snapshot_download
@@ -121,19 +129,25 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
     path = catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
     assert path == str(tmp_path / "tts" / "seedvc" / "Plachta--Seed-VC")
     assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "openai/whisper-small",
-                                           "nvidia/bigvgan_v2_22khz_80band_256x", "funasr/campplus"]
+                                           "nvidia/bigvgan_v2_22khz_80band_256x", "funasr/campplus",
+                                           "facebook/wav2vec2-xls-r-300m", "FunAudioLLM/CosyVoice-300M"]
     assert calls[1][1] == ("config.json", "model.safetensors")
     load_model("seedvc", path, device="cpu")  # everything it needs is where it looks
+    # the real-time model too (its hift.pt config: the tiny one's hifigan.yml is not downloaded, so drop it in)
+    shutil.copy(realtime / "CosyVoice-300M" / "hifigan.yml",
+                tmp_path / "tts" / "seedvc" / "FunAudioLLM--CosyVoice-300M")
+    load_model("seedvc", str(Path(path) / "DiT_uvit_tat_xlsr_ema.pth"), device="cpu")
     catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
-    assert len(calls) == 4  # complete downloads are not fetched again
+    assert len(calls) == 6  # complete downloads are not fetched again
 
 
 def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
     import yaml
 
     for section, key, value, message in (
-            ("speech_tokenizer", "type", "xlsr", "uses the xlsr content encoder; only the Whisper one"),
-            ("vocoder", "type", "hifigan", "uses the hifigan vocoder; only BigVGAN"),
+            ("speech_tokenizer", "type", "cnhubert", "uses the cnhubert content encoder; only Whisper (v1 offline) "
+                                                     "and XLS-R (v1 real-time)"),
+            ("vocoder", "type", "vocos", "uses the vocos vocoder; only BigVGAN (v1 offline) and HiFT (v1 real-time)"),
             ("length_regulator", "f0_condition", True, "is the singing (F0) model")):
         folder = tmp_path / section
         shutil.copytree(tiny, folder)
@@ -194,3 +208,44 @@ def test_the_cfm_solve_replays_as_one_graph_per_window_with_the_eager_samples(ti
     got = [convert(loaded, source, reference, seed=s, params={"diffusion_steps": 2}).waveform for s in (1, 2)]
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     assert graphs.captures == 1  # one window shape: captured once, replayed for the second request
+
+
+# --- the real-time model (XLS-R content, HiFT): its lookup and its generator draws ----------------------------------
+# (the comparison with upstream's own conversions is tests/engines/test_seedvc_realtime.py)
+
+PARITY = Path(__file__).resolve().parents[1] / "parity" / "data"
+OFFLINE_FILES = ("DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth",
+                 "config_dit_mel_seed_uvit_whisper_small_wavenet.yml")
+
+
+def test_a_folder_with_both_models_loads_the_offline_one_and_the_real_time_checkpoint_takes_its_own_preset(tmp_path):
+    from mizuoto.engines.seedvc.content import XLSRContent
+    from mizuoto.nn import hift
+
+    folder = tmp_path / "Plachta--Seed-VC"
+    shutil.copytree(PARITY / "seedvc_realtime" / "model", folder)
+    for name in OFFLINE_FILES:
+        shutil.copy(PARITY / "seedvc" / "model" / name, folder / name)
+    for name in ("whisper-small", "bigvgan_v2_22khz_80band_256x"):
+        shutil.copytree(PARITY / "seedvc" / "model" / name, folder / name)
+    offline = load_model("seedvc", str(folder), device="cpu").state
+    assert offline.source.endswith(OFFLINE_FILES[0]) and not isinstance(offline.content, XLSRContent)
+    assert offline.mel.f_max is None  # the offline wrapper's fmax, whatever the preset says
+    realtime = load_model("seedvc", str(folder / "DiT_uvit_tat_xlsr_ema.pth"), device="cpu").state
+    assert isinstance(realtime.content, XLSRContent) and isinstance(realtime.vocoder, hift.HiFTGenerator)
+    assert realtime.mel.f_max == 8000.0
+
+
+def test_xls_r_content_draws_upstreams_layerdrop_coins_from_the_cpu_generator():
+    """transformers' encoder draws torch.rand([]) per layer, in eval too: one per kept layer per 30 s window."""
+    from mizuoto.engines.seedvc.content import content_features
+
+    state = load_model("seedvc", str(PARITY / "seedvc_realtime" / "model"), device="cpu").state
+    layers = len(state.content.encoder.encoder.layers)
+    generator, fresh = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    with torch.inference_mode():
+        features = content_features(state.content, tone(1.0, 16000)[None], generator)
+    assert features.dtype == torch.float32 and features.shape == (1, 49, state.content.encoder.config.hidden_size)
+    for _ in range(layers):
+        torch.rand((), generator=fresh)
+    assert torch.equal(torch.rand(4, generator=generator), torch.rand(4, generator=fresh))

@@ -15,15 +15,9 @@ guidance; a 30.5 s source through the content encoder's two 30 s windows and two
 Our "float32" precision is upstream's fp16=False: the CFM without autocast, XLS-R still in float16 (upstream's
 `.half()` is unconditional).
 
-Known difference, asserted as a strict xfail until fixed: under float16 autocast with guidance (the CFM's batch of
-two), the DiT's mlp tail gets a non-contiguous float32 input, which mizuoto/nn/ops.py's `Linear` multiplies with
-`torch.mm` + `add_(bias)` where upstream's nn.Linear (autocast casting the input to a contiguous float16 copy)
-runs one fused addmm with a float16 bias: the last bits of vc_target differ (max 0.002 on the estimator's output)
-and so does everything after. Everything before the CFM is exact in those cases too, and with ops.Linear taking
-F.linear whenever autocast will cast its input every comparison here is exact (checked by patching it).
-
-Until the loader turns the real-time model on (engine.CONTENT_TYPES and VOCODER_TYPES), every test that loads it is
-a strict xfail (NEEDS_LOADER); the comparisons were run with it on, all exact but for the known difference above.
+Under float16 autocast with guidance the DiT's mlp tail gets a non-contiguous float32 input: mizuoto/nn/ops.py's
+`Linear` takes F.linear there (as upstream's nn.Linear, whose input autocast copies), and that case is compared on
+its own (`test_float16_with_guidance_...`).
 
 In process (no upstream, no pins): the set holds the cases and files this test expects; its model folder loads in
 both precisions (XLS-R in float16 either way, HiFT's weight norm folded, the mel's fmax 8000); the released
@@ -52,18 +46,6 @@ TRACED = ("source_16k", "reference_16k", "S_alt", "S_ori", "source_22k", "refere
 PRESET = "config_dit_mel_seed_uvit_xlsr_tiny.yml"
 CHECKPOINT = "DiT_uvit_tat_xlsr_ema.pth"
 
-
-def _turned_on() -> bool:
-    from mizuoto.engines.seedvc import engine
-
-    return "xlsr" in engine.CONTENT_TYPES and "hifigan" in engine.VOCODER_TYPES
-
-
-# The loader refuses the real-time model until it is turned on (engine.CONTENT_TYPES / VOCODER_TYPES, together
-# with test_seedvc_local.py's refusal test); until then every test that loads it fails, strictly, and once it is on
-# they run as they are.
-NEEDS_LOADER = pytest.mark.xfail(not _turned_on(), strict=True,
-                                 reason="the real-time model is not turned on in engines/seedvc/engine.py yet")
 
 
 def reference_diffs(folder: Path) -> dict:
@@ -185,7 +167,6 @@ def known_difference(key: str) -> bool:
     return key.split("/", 1)[0] in FLOAT16_GUIDED and after_the_cfm(key)
 
 
-@NEEDS_LOADER
 def test_every_conversion_is_upstreams_bit_for_bit():
     got = pinned_diffs()
     wanted = [f"{name}/{what}" for name in CASES for what in ("output", "trace_wave")]
@@ -194,7 +175,6 @@ def test_every_conversion_is_upstreams_bit_for_bit():
     assert not bad, bad
 
 
-@NEEDS_LOADER
 def test_every_intermediate_is_upstreams_bit_for_bit():
     got = pinned_diffs()
     cases = json.loads((REFERENCES / "references.json").read_text())["cases"]
@@ -206,8 +186,6 @@ def test_every_intermediate_is_upstreams_bit_for_bit():
     assert not bad, bad
 
 
-@pytest.mark.xfail(strict=True, reason="mizuoto/nn/ops.py Linear: torch.mm + add_ for a non-contiguous input under "
-                                       "float16 autocast, where upstream's nn.Linear runs a fused float16 addmm")
 def test_float16_with_guidance_is_upstreams_bit_for_bit_from_the_cfm_on():
     got = pinned_diffs()
     known = {key: value for key, value in got.items() if known_difference(key)}
@@ -247,7 +225,6 @@ def test_the_released_hifigan_yml_is_hift_configs_defaults():
     assert hift.HiFTConfig.from_dict(released) == hift.HiFTConfig()
 
 
-@NEEDS_LOADER
 @pytest.mark.parametrize("precision", ["float16", "float32"])
 def test_the_sets_model_folder_loads(precision):
     from mizuoto.engines.seedvc.content import XLSRContent
@@ -280,7 +257,6 @@ def _edit_preset(model: Path, edit) -> None:
     path.write_text(yaml.safe_dump(preset, sort_keys=False))
 
 
-@NEEDS_LOADER
 @pytest.mark.parametrize("edit, message", [
     (lambda p: p["speech_tokenizer"].update(output_layer=5), "keeps 5 XLS-R layers; .* has 3"),
     (lambda p: p["speech_tokenizer"].update(output_layer=0), "output_layer must be a positive layer count"),
@@ -299,7 +275,6 @@ def test_real_time_presets_we_cannot_run_are_refused_in_one_line(tmp_path, edit,
     assert "\n" not in str(error.value)
 
 
-@NEEDS_LOADER
 @pytest.mark.parametrize("missing, message", [
     ("wav2vec2-xls-r-300m", "Seed-VC needs its XLS-R content encoder \\(facebook/wav2vec2-xls-r-300m\\): put its "
                             "files in .*facebook--wav2vec2-xls-r-300m"),
