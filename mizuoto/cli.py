@@ -325,7 +325,8 @@ def cmd_models(args) -> int:
             print(f"  installed    --model {entry['name']}")
         for entry in report["downloadable"]:
             state = "downloaded" if entry["downloaded"] else "to download"
-            print(f"  {state:<12} --model {entry['choice']}")
+            about = f"  ({entry['about']})" if entry.get("about") else ""
+            print(f"  {state:<12} --model {entry['choice']}{about}")
         if not (report["installed"] or report["downloadable"] or report["builtin_weights"]):
             print(f"  none: put a model in {report['folder']} (the README's {spec.display_name} section names "
                   f"its files)")

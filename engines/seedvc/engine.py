@@ -1,6 +1,7 @@
-"""Loading and converting for Seed-VC v1: the offline model (Whisper content, BigVGAN) and the real-time one
-(XLS-R content, HiFT), both with CAM++ style and the s2mel DiT; the preset's `speech_tokenizer.type` and
-`vocoder.type` choose the encoder and the vocoder, as upstream's loaders do."""
+"""Loading and converting for Seed-VC v1: the offline model (Whisper content, BigVGAN), the real-time one
+(XLS-R content, HiFT) and the singing one (Whisper content, F0 from RMVPE, the 44 kHz BigVGAN), all with CAM++
+style and the s2mel DiT; the preset's `speech_tokenizer.type`, `vocoder.type` and `f0_condition` choose the
+encoder, the vocoder and the F0 input, as upstream's loaders do."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
-from mizuoto.nn import bigvgan, campplus, hift
+from mizuoto.nn import bigvgan, campplus, hift, rmvpe
 from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig
 from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
@@ -24,8 +25,8 @@ from . import assets
 from .content import load_encoder, load_xlsr
 from .convert import MelSettings, autocast_for
 from .convert import convert as run_conversion
-
-SAMPLE_RATE = 22050  # v1 offline and real-time; the preset's sr
+from .declaration import REPO
+from .pitch import Pitch
 
 
 @dataclass
@@ -39,6 +40,7 @@ class SeedVCLoaded:
     source: str
     handle: ModelHandle
     options: RuntimeOptions
+    rmvpe: rmvpe.RMVPE | None = None  # the singing model's F0 estimator (None: a model without F0 input)
     compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager; HiFT always eager)
     _flow: GraphedCall | None = None  # the CFM solve of one window, one CUDA graph per window length
 
@@ -142,8 +144,9 @@ CONTENT_TYPES = ("whisper", "xlsr")  # v1 offline, v1 real-time
 VOCODER_TYPES = ("bigvgan", "hifigan")
 
 
-def _model_types(params: dict, preset_path: Path) -> tuple[str, str]:
-    """The preset's content encoder and vocoder types, refused in one line where we have no port."""
+def _model_types(params: dict, preset_path: Path) -> tuple[str, str, bool]:
+    """The preset's content encoder and vocoder types and whether it takes F0, refused in one line where we have
+    no port."""
     content = (params.get("speech_tokenizer") or {}).get("type", "whisper")
     vocoder = (params.get("vocoder") or {}).get("type", "bigvgan")
     if content not in CONTENT_TYPES:
@@ -152,10 +155,11 @@ def _model_types(params: dict, preset_path: Path) -> tuple[str, str]:
     if vocoder not in VOCODER_TYPES:
         raise CheckpointError(f"{preset_path} uses the {vocoder} vocoder; only BigVGAN (v1 offline) and HiFT "
                               f"(v1 real-time) are supported so far")
-    if (params.get("length_regulator") or {}).get("f0_condition") or (params.get("DiT") or {}).get("f0_condition"):
-        raise CheckpointError(f"{preset_path} is the singing (F0) model; only v1 speech conversion (offline and "
-                              f"real-time) is supported so far")
-    return content, vocoder
+    f0 = bool((params.get("length_regulator") or {}).get("f0_condition"))
+    if f0 and content != "whisper":
+        raise CheckpointError(f"{preset_path} takes F0 with the {content} content encoder; Seed-VC's singing "
+                              f"model (and this port) takes it with Whisper only")
+    return content, vocoder, f0
 
 
 def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: RuntimeOptions) -> SeedVCLoaded:
@@ -167,9 +171,10 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
     preset_path = assets.dit_files(Path(path))[1]
     preset = _preset(preset_path)
     params = preset["model_params"]
-    content_type, vocoder_type = _model_types(params, preset_path)
+    content_type, vocoder_type, f0 = _model_types(params, preset_path)
     vocoder_repo = assets.HIFT_REPO if vocoder_type == "hifigan" else _repo(params, "vocoder")
-    files = assets.locate(Path(path), (content_type, _repo(params, "speech_tokenizer")), (vocoder_type, vocoder_repo))
+    files = assets.locate(Path(path), (content_type, _repo(params, "speech_tokenizer")), (vocoder_type, vocoder_repo),
+                          f0)
     float16 = options.load_options.get("precision", "float16") == "float16"
     s2mel = S2Mel.from_checkpoint(files.checkpoint, S2MelConfig.from_model_params(params)).to(device)
     if content_type == "xlsr":  # float16 in either precision, as upstream's `.half()`
@@ -178,9 +183,11 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
         content = load_encoder(files.content, device, torch.float16 if float16 else torch.float32)
     speaker = campplus.load_campplus(files.campplus, config=None, device=device)
     vocoder = _load_hift(files.vocoder, device) if vocoder_type == "hifigan" else _load_vocoder(files.vocoder, device)
-    modules = nn.ModuleList([s2mel, content, speaker, vocoder])
+    # upstream's RMVPE(is_half=False): float32 whatever the precision
+    pitch = rmvpe.load_rmvpe_file(files.rmvpe, config=None, device=device) if f0 else None
+    modules = nn.ModuleList([s2mel, content, speaker, vocoder] + ([pitch] if pitch is not None else []))
     loaded = SeedVCLoaded(s2mel, content, speaker, vocoder, _mel_settings(preset, preset_path, content_type == "xlsr"),
-                          float16, str(files.checkpoint), ModelHandle(modules, device), options)
+                          float16, str(files.checkpoint), ModelHandle(modules, device), options, pitch)
     return _compiled(loaded, options)
 
 
@@ -202,18 +209,31 @@ def rebind(previous: SeedVCLoaded, options: RuntimeOptions) -> SeedVCLoaded:
     return _compiled(previous, options)
 
 
+def _pitch(state: SeedVCLoaded, values: dict) -> Pitch | None:
+    """The singing model's F0 settings; a pitch shift asked of a model without F0 input is refused."""
+    if state.rmvpe is None:
+        if values.get("pitch_shift", 0):
+            raise InputError(f"pitch_shift needs Seed-VC's singing model (hf:{REPO}#singing); this model takes no "
+                             f"F0: set pitch_shift to 0")
+        return None
+    return Pitch(state.rmvpe, bool(values.get("auto_f0_adjust", True)), int(values.get("pitch_shift", 0)))
+
+
+def _run(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict, trace: dict | None):
+    return run_conversion(state, source, reference, ctx, values["diffusion_steps"], values["length_adjust"],
+                          values["inference_cfg_rate"], trace, pitch=_pitch(state, values))
+
+
 def convert(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):
     """The host's convert(): (waveform (1, samples), rate)."""
-    wave = run_conversion(state, source, reference, ctx, values["diffusion_steps"], values["length_adjust"],
-                          values["inference_cfg_rate"])
-    return wave, state.mel.sample_rate
+    return _run(state, source, reference, ctx, values, None), state.mel.sample_rate
 
 
 def convert_with_trace(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):
     """convert(), and every intermediate tensor by upstream's name (source_22k, reference_22k, source_16k,
-    reference_16k, S_alt, S_ori, mel, mel2, feat2, style2, cond, prompt_condition, vc_target/i, vc_wave/i),
-    for comparisons."""
+    reference_16k, S_alt, S_ori, mel, mel2, feat2, style2, with F0 F0_ori, F0_alt, shifted_f0_alt, then cond,
+    prompt_condition, vc_target/i, vc_wave/i; the waves at the model's rate whatever their names say), for
+    comparisons."""
     trace: dict = {}
-    wave = run_conversion(state, source, reference, ctx, values["diffusion_steps"], values["length_adjust"],
-                          values["inference_cfg_rate"], trace)
+    wave = _run(state, source, reference, ctx, values, trace)
     return wave, state.mel.sample_rate, trace

@@ -112,6 +112,20 @@ class Asset:
     files: tuple[str, ...] = ()  # file names or glob patterns; empty: the whole repo
 
 
+@dataclass(frozen=True)
+class Variant:
+    """Another model one of an engine's repos publishes beside the one a plain download fetches (Seed-VC's
+    repo holds its offline, real-time and singing models): offered as `hf:<repo>#<name>`, it fetches `files` of
+    the repo into the same folder and `assets` beside it, and gives the loader the downloaded `entry` file."""
+
+    name: str
+    repo: str
+    files: tuple[str, ...]
+    entry: str  # the file of the download the loader takes (a checkpoint that says which model it is)
+    assets: tuple[Asset, ...] = ()
+    description: str = ""  # what a user gets, for `mizuoto models` and the doctor
+
+
 # What an engine does, which decides its nodes and its command: SPEAK text -> audio (a Speak node, `say`);
 # TRANSCRIBE audio -> text (a Transcribe node, `transcribe`); CONVERT source audio + a reference voice -> the
 # source's speech in that voice (a Convert node, `convert`).
@@ -135,6 +149,7 @@ class EngineSpec:
     repos: tuple[str, ...] = ()  # Hugging Face repo ids the loader offers, downloaded on first use
     repo_files: tuple[str, ...] = ()  # what a download of one of `repos` fetches (patterns); empty: everything
     assets: tuple[Asset, ...] = ()  # other repos a downloaded model needs beside it, fetched with it
+    variants: tuple[Variant, ...] = ()  # further models of `repos`, each downloaded on its own
     kind: str = SPEAK  # one of KINDS
     # CONVERT only: the longest source the engine takes in one request (its upstream chunks longer ones itself)
     max_source_seconds: float | None = None
@@ -144,6 +159,13 @@ class EngineSpec:
             raise ValueError(f"engine {self.id}: kind {self.kind!r} is none of {', '.join(KINDS)}")
         if self.kind == CONVERT and self.reference is None:
             raise ValueError(f"engine {self.id} converts, so it declares the reference voice it takes")
+        for variant in self.variants:
+            if variant.repo not in self.repos or not variant.name.isidentifier():
+                raise ValueError(f"engine {self.id}: variant {variant.name!r} needs a plain name and one of the "
+                                 f"engine's repos, not {variant.repo!r}")
+
+    def variant(self, repo: str, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.repo == repo and v.name == name), None)
 
     def check_source(self, waveform, sample_rate: int):
         """A CONVERT engine's source audio -> float32 mono (samples,), or (channels, samples) where the

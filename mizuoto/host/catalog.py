@@ -54,8 +54,14 @@ def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
 def downloadable(spec: EngineSpec, models_dir=None) -> list[dict]:
     """The repos the engine offers, each with whether it is downloaded completely already."""
     base = bases(models_dir)[0]
-    return [{"choice": download.choice_for(repo), "folder": os.path.abspath(download.folder_for(spec.id, repo, base)),
-             "downloaded": download.is_complete(download.folder_for(spec.id, repo, base))} for repo in spec.repos]
+    offered = [{"choice": download.choice_for(repo),
+                "folder": os.path.abspath(download.folder_for(spec.id, repo, base)),
+                "downloaded": download.is_complete(download.folder_for(spec.id, repo, base))} for repo in spec.repos]
+    for variant in spec.variants:
+        folder = download.folder_for(spec.id, variant.repo, base)
+        offered.append({"choice": download.choice_for(variant.repo, variant.name), "folder": os.path.abspath(folder),
+                        "downloaded": download.is_complete(folder, variant.name), "about": variant.description})
+    return offered
 
 
 def choices(spec: EngineSpec, models_dir=None) -> list[str]:
@@ -90,10 +96,21 @@ def resolve(spec: EngineSpec, choice: str | os.PathLike | None, models_dir=None)
             raise InputError(f"{text!r} is not a Hugging Face repo id; write hf:<owner>/<name>, e.g. "
                              f"{download.choice_for(spec.repos[0]) if spec.repos else 'hf:owner/name'}")
         base = bases(models_dir)[0]
-        model = download.fetch(spec.id, repo, base, spec.repo_files)
-        for asset in spec.assets:
+        name = download.variant_of(text)
+        if not name:
+            model = download.fetch(spec.id, repo, base, spec.repo_files)
+            for asset in spec.assets:
+                download.fetch(spec.id, asset.repo, base, asset.files)
+            return str(model)
+        variant = spec.variant(repo, name)
+        if variant is None:
+            offered = [download.choice_for(v.repo, v.name) for v in spec.variants if v.repo == repo]
+            hint = f"pick one of {', '.join(offered)}" if offered else f"pick {download.choice_for(repo)}"
+            raise InputError(f"{spec.display_name} offers no model {text!r}; {hint}")
+        model = download.fetch(spec.id, repo, base, variant.files, variant.name)
+        for asset in variant.assets:
             download.fetch(spec.id, asset.repo, base, asset.files)
-        return str(model)
+        return str(model / variant.entry)
     path = Path(text).expanduser()
     if path.exists() or path.is_absolute() or text.startswith((".", "~")):
         return str(path)  # a path: the loader says so when it does not exist

@@ -14,27 +14,34 @@ from pathlib import Path
 from mizuoto.core.errors import CheckpointError
 
 PREFIX = "hf:"
+VARIANT = "#"  # hf:<repo>#<variant>: another model of the same repo (EngineSpec.variants)
 COMPLETE = ".mizuoto-complete"  # written after every file arrived: a half download is never used
 HUB_CACHE = ".cache"  # huggingface_hub's bookkeeping inside local_dir: not a downloaded file
 
 
-def choice_for(repo_id: str) -> str:
-    return PREFIX + repo_id
+def choice_for(repo_id: str, variant: str = "") -> str:
+    return PREFIX + repo_id + (VARIANT + variant if variant else "")
 
 
 def folder_for(engine_id: str, repo_id: str, base: str) -> Path:
     return Path(base) / engine_id / repo_id.replace("/", "--")
 
 
-def is_complete(folder: Path) -> bool:
-    return (Path(folder) / COMPLETE).is_file()
+def _marker(variant: str) -> str:
+    return COMPLETE + ("-" + variant if variant else "")
 
 
-def fetch(engine_id: str, repo_id: str, base: str, files: tuple[str, ...] = ()) -> Path:
+def is_complete(folder: Path, variant: str = "") -> bool:
+    """Every file of the download arrived (of the repo's `variant` where given: each has its own files)."""
+    return (Path(folder) / _marker(variant)).is_file()
+
+
+def fetch(engine_id: str, repo_id: str, base: str, files: tuple[str, ...] = (), variant: str = "") -> Path:
     """The local folder holding `repo_id`, downloading it there first if it is not complete; `files` (file
-    names or glob patterns) limits the download to what the engine reads, where a repo holds more."""
+    names or glob patterns) limits the download to what the engine reads, where a repo holds more; a `variant`
+    (another model of the repo, other files) is complete on its own."""
     folder = folder_for(engine_id, repo_id, base)
-    if is_complete(folder):
+    if is_complete(folder, variant):
         return folder
     try:
         from huggingface_hub import snapshot_download
@@ -53,7 +60,7 @@ def fetch(engine_id: str, repo_id: str, base: str, files: tuple[str, ...] = ()) 
         raise CheckpointError(f"could not download {repo_id} into {folder}: {type(exc).__name__}: {reason} -- "
                               f"connect to the internet and load it again, or download {repo_id} by hand into "
                               f"{folder}") from None
-    (folder / COMPLETE).write_text("")
+    (folder / _marker(variant)).write_text("")
     return folder
 
 
@@ -75,4 +82,9 @@ def is_choice(choice: str) -> bool:
 
 
 def repo_of(choice: str) -> str:
-    return choice[len(PREFIX):]
+    return choice[len(PREFIX):].partition(VARIANT)[0]
+
+
+def variant_of(choice: str) -> str:
+    """The variant a choice names ("" for the repo's plain download)."""
+    return choice[len(PREFIX):].partition(VARIANT)[2]

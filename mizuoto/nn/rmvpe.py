@@ -403,11 +403,36 @@ def load_rmvpe(state: Mapping[str, torch.Tensor], config: RMVPEConfig = RMVPECon
     return model.eval().requires_grad_(False)
 
 
-def load_rmvpe_file(path, config: RMVPEConfig = RMVPEConfig(), device="cpu") -> RMVPE:
-    """RMVPE from rmvpe.pt (or a .safetensors holding the same state dict)."""
+def _count(state: Mapping, prefix: str) -> int:
+    """How many numbered children `prefix.<i>.` the state dict has."""
+    found = {key[len(prefix):].split(".", 1)[0] for key in state if key.startswith(prefix)}
+    return len([i for i in found if i.isdigit()])
+
+
+def config_from_state(state: Mapping[str, torch.Tensor], source: str = "rmvpe.pt") -> RMVPEConfig:
+    """The E2E sizes a state dict was saved with (rmvpe.pt's are the defaults). The stride of the transposed
+    convolutions is not in the weights' shapes: it is taken to be rmvpe.pt's (2, 2), which every Seed-VC and RVC
+    caller builds."""
+    first = state.get("unet.encoder.layers.0.conv.0.conv.0.weight") if isinstance(state, Mapping) else None
+    if not isinstance(first, torch.Tensor) or first.dim() != 4:
+        raise CheckpointError(f"{source} is no RMVPE state dict (it has no "
+                              f"unet.encoder.layers.0.conv.0.conv.0.weight); use rmvpe.pt from "
+                              f"lj1995/VoiceConversionWebUI")
+    grus = [k for k in state if k.startswith("fc.0.gru.weight_ih_l") and not k.endswith("_reverse")]
+    return RMVPEConfig(n_blocks=_count(state, "unet.encoder.layers.0.conv."), n_gru=len(grus) or 1,
+                       en_de_layers=_count(state, "unet.encoder.layers."),
+                       inter_layers=_count(state, "unet.intermediate.layers."), en_out_channels=int(first.shape[0]))
+
+
+def load_rmvpe_file(path, config: RMVPEConfig | None = RMVPEConfig(), device="cpu") -> RMVPE:
+    """RMVPE from rmvpe.pt (or a .safetensors holding the same state dict); `config` None: the sizes the file
+    was saved with (config_from_state)."""
     from mizuoto.nn.tensor_files import read_checkpoint
 
-    return load_rmvpe(read_checkpoint(path), config, device=device, source=str(Path(path)))
+    state = read_checkpoint(path)
+    if config is None:
+        config = config_from_state(state, str(Path(path)))
+    return load_rmvpe(state, config, device=device, source=str(Path(path)))
 
 
 def _signature(config: RMVPEConfig) -> str:

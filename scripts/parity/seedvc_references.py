@@ -252,10 +252,13 @@ def precision_of(precision: str):
 
 
 @contextlib.contextmanager
-def recording(wrapper):
-    """Record the intermediates of one convert_voice call into a dict, by hooks and pass-through wrappers."""
+def recording(wrapper, model="model", to_mel="to_mel", vocoder="bigvgan_model"):
+    """Record the intermediates of one convert_voice call into a dict, by hooks and pass-through wrappers; the
+    names are the wrapper's attributes the call uses (the singing model's are model_f0, to_mel_f0 and
+    bigvgan_44k_model)."""
     trace, chunks = {}, {"vc_target": [], "vc_wave": []}
     cleanup = []
+    nets, vocoder_net, mel_name = getattr(wrapper, model), getattr(wrapper, vocoder), to_mel
 
     def whisper(audio_16k, is_source=True):
         features = whisper_features(audio_16k, is_source=is_source)
@@ -268,7 +271,7 @@ def recording(wrapper):
     wrapper._process_whisper_features = whisper
     cleanup.append(lambda: delattr(wrapper, "_process_whisper_features"))
 
-    to_mel = wrapper.to_mel
+    to_mel = getattr(wrapper, mel_name)
     mel_calls = []
 
     def mel(x):
@@ -279,8 +282,8 @@ def recording(wrapper):
         trace["source_22k" if name == "mel" else "reference_22k"] = x.clone()
         return out
 
-    wrapper.to_mel = mel
-    cleanup.append(lambda: setattr(wrapper, "to_mel", to_mel))
+    setattr(wrapper, mel_name, mel)
+    cleanup.append(lambda: setattr(wrapper, mel_name, to_mel))
 
     def campplus(module, args, out):
         trace["feat2"] = args[0][0].clone()
@@ -293,23 +296,23 @@ def recording(wrapper):
         regulator_calls.append(name)
         trace[name] = out[0].clone()
 
-    def vocoder(module, args, out):
+    def vocoder_output(module, args, out):
         chunks["vc_target"].append(args[0].clone())
         chunks["vc_wave"].append(out[0].clone())
 
-    cfm_inference = wrapper.model.cfm.inference
+    cfm_inference = nets.cfm.inference
 
     def cfm(*args, **kwargs):  # the dtype the CFM returns under the case's autocast (its tensor: vc_target)
         out = cfm_inference(*args, **kwargs)
         chunks.setdefault("cfm_dtype", []).append(str(out.dtype).removeprefix("torch."))
         return out
 
-    wrapper.model.cfm.inference = cfm
-    cleanup.append(lambda: delattr(wrapper.model.cfm, "inference"))
+    nets.cfm.inference = cfm
+    cleanup.append(lambda: delattr(nets.cfm, "inference"))
 
     hooks = [wrapper.campplus_model.register_forward_hook(campplus),
-             wrapper.model.length_regulator.register_forward_hook(regulator),
-             wrapper.bigvgan_model.register_forward_hook(vocoder)]
+             nets.length_regulator.register_forward_hook(regulator),
+             vocoder_net.register_forward_hook(vocoder_output)]
     try:
         yield trace, chunks
     finally:

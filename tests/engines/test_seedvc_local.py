@@ -42,7 +42,8 @@ def test_a_conversion_is_the_sources_length_at_22050_and_the_seed_decides_it(tin
     frames = 1 + (int(1.5 * 22050) + 768 - 1024) // 256  # the source's mel frames
     assert first.sample_rate == 22050 and first.waveform.shape == (1, frames * 256)
     assert torch.equal(first.waveform, again.waveform) and not torch.equal(first.waveform, other.waveform)
-    assert first.report["convert"] == {"diffusion_steps": 2, "length_adjust": 1.0, "inference_cfg_rate": 0.7}
+    assert first.report["convert"] == {"diffusion_steps": 2, "length_adjust": 1.0, "inference_cfg_rate": 0.7,
+                                       "auto_f0_adjust": True, "pitch_shift": 0}  # (the F0 two unused here)
     shorter = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 1, "length_adjust": 0.5})
     assert shorter.waveform.shape[-1] == int(frames * 0.5) * 256
 
@@ -101,19 +102,25 @@ def test_its_files_are_found_beside_it_as_downloads_lay_them_out(tiny, tmp_path)
 
 
 def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_reads(tiny, tmp_path, monkeypatch):
+    """hf:Plachta/Seed-VC is the offline model; #realtime and #singing are the repo's other two models, each
+    fetching only its own files into the same folder (and its assets beside it) and giving the loader its
+    checkpoint; a complete download is not fetched again."""
     from mizuoto import engines
-    from mizuoto.host import catalog
+    from mizuoto.host import catalog, download
 
-    realtime = Path(__file__).resolve().parents[1] / "parity" / "data" / "seedvc_realtime" / "model"
+    data = Path(__file__).resolve().parents[1] / "parity" / "data"
+    realtime, singing = data / "seedvc_realtime" / "model", data / "seedvc_svc" / "model"
     xlsr = tmp_path / "xlsr"  # the released XLS-R repo holds pytorch_model.bin
     shutil.copytree(realtime / "wav2vec2-xls-r-300m", xlsr)
     from safetensors.torch import load_file
 
     torch.save(load_file(str(xlsr / "model.safetensors")), xlsr / "pytorch_model.bin")
-    sources = {"Plachta/Seed-VC": (tiny, realtime), "openai/whisper-small": (tiny / "whisper-small",),
+    sources = {"Plachta/Seed-VC": (tiny, realtime, singing), "openai/whisper-small": (tiny / "whisper-small",),
                "nvidia/bigvgan_v2_22khz_80band_256x": (tiny / "bigvgan_v2_22khz_80band_256x",),
+               "nvidia/bigvgan_v2_44khz_128band_512x": (singing / "bigvgan_v2_44khz_128band_512x",),
                "funasr/campplus": (tiny,), "facebook/wav2vec2-xls-r-300m": (xlsr,),
-               "FunAudioLLM/CosyVoice-300M": (realtime / "CosyVoice-300M",)}
+               "FunAudioLLM/CosyVoice-300M": (realtime / "CosyVoice-300M",),
+               "lj1995/VoiceConversionWebUI": (singing / "VoiceConversionWebUI",)}
     calls = []
 
     def snapshot_download(repo_id, local_dir, allow_patterns=None):
@@ -126,19 +133,52 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
     hub.snapshot_download = snapshot_download
     monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     spec = engines.get("seedvc")
-    path = catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
-    assert path == str(tmp_path / "tts" / "seedvc" / "Plachta--Seed-VC")
-    assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "openai/whisper-small",
-                                           "nvidia/bigvgan_v2_22khz_80band_256x", "funasr/campplus",
-                                           "facebook/wav2vec2-xls-r-300m", "FunAudioLLM/CosyVoice-300M"]
-    assert calls[1][1] == ("config.json", "model.safetensors")
-    load_model("seedvc", path, device="cpu")  # everything it needs is where it looks
-    # the real-time model too (its hift.pt config: the tiny one's hifigan.yml is not downloaded, so drop it in)
+    base = str(tmp_path / "tts")
+    offered = catalog.downloadable(spec, base)
+    assert [e["choice"] for e in offered] == ["hf:Plachta/Seed-VC", "hf:Plachta/Seed-VC#realtime",
+                                              "hf:Plachta/Seed-VC#singing"]
+    assert not any(e["downloaded"] for e in offered)
+    path = catalog.resolve(spec, "hf:Plachta/Seed-VC", base)
+    folder = tmp_path / "tts" / "seedvc" / "Plachta--Seed-VC"
+    assert path == str(folder)
+    assert calls == [("Plachta/Seed-VC", ("DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth",
+                                          "config_dit_mel_seed_uvit_whisper_small_wavenet.yml")),
+                     ("openai/whisper-small", ("config.json", "model.safetensors")),
+                     ("nvidia/bigvgan_v2_22khz_80band_256x", ("config.json", "bigvgan_generator.pt")),
+                     ("funasr/campplus", ("campplus_cn_common.bin",))]
+    assert load_model("seedvc", path, device="cpu").state.mel.sample_rate == 22050
+
+    del calls[:]
+    path = catalog.resolve(spec, "hf:Plachta/Seed-VC#realtime", base)
+    assert path == str(folder / "DiT_uvit_tat_xlsr_ema.pth")
+    # the shared folders are complete already: only the model's own files and its new assets are fetched
+    assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "facebook/wav2vec2-xls-r-300m",
+                                           "FunAudioLLM/CosyVoice-300M"]
+    # (its hift.pt config: the tiny one's hifigan.yml is not downloaded, so drop it in)
     shutil.copy(realtime / "CosyVoice-300M" / "hifigan.yml",
                 tmp_path / "tts" / "seedvc" / "FunAudioLLM--CosyVoice-300M")
-    load_model("seedvc", str(Path(path) / "DiT_uvit_tat_xlsr_ema.pth"), device="cpu")
-    catalog.resolve(spec, "hf:Plachta/Seed-VC", str(tmp_path / "tts"))
-    assert len(calls) == 6  # complete downloads are not fetched again
+    assert load_model("seedvc", path, device="cpu").state.rmvpe is None
+
+    del calls[:]
+    path = catalog.resolve(spec, "hf:Plachta/Seed-VC#singing", base)
+    assert path == str(folder / "DiT_seed_v2_uvit_whisper_base_f0_44k_bigvgan_pruned_ft_ema.pth")
+    assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "nvidia/bigvgan_v2_44khz_128band_512x",
+                                           "lj1995/VoiceConversionWebUI"]
+    # the offline model's tiny campplus differs from the singing one's: the singing set's own is beside it
+    shutil.copy(singing / "campplus_cn_common.bin", folder / "campplus_cn_common.bin")
+    # (and its Whisper is the tiny offline one, which the singing set shares in size)
+    loaded = load_model("seedvc", path, device="cpu")
+    assert loaded.state.mel.sample_rate == 44100 and loaded.state.rmvpe is not None
+    assert all(e["downloaded"] for e in catalog.downloadable(spec, base))
+
+    del calls[:]
+    for choice in ("hf:Plachta/Seed-VC", "hf:Plachta/Seed-VC#realtime", "hf:Plachta/Seed-VC#singing"):
+        catalog.resolve(spec, choice, base)
+    assert calls == []  # complete downloads are not fetched again
+    assert (folder / download.COMPLETE).is_file() and (folder / f"{download.COMPLETE}-singing").is_file()
+    with pytest.raises(InputError, match=re.escape("offers no model 'hf:Plachta/Seed-VC#v3'; pick one of "
+                                                   "hf:Plachta/Seed-VC#realtime, hf:Plachta/Seed-VC#singing")):
+        catalog.resolve(spec, "hf:Plachta/Seed-VC#v3", base)
 
 
 def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
@@ -148,7 +188,8 @@ def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
             ("speech_tokenizer", "type", "cnhubert", "uses the cnhubert content encoder; only Whisper (v1 offline) "
                                                      "and XLS-R (v1 real-time)"),
             ("vocoder", "type", "vocos", "uses the vocos vocoder; only BigVGAN (v1 offline) and HiFT (v1 real-time)"),
-            ("length_regulator", "f0_condition", True, "is the singing (F0) model")):
+            # a model that takes F0 needs RMVPE beside it
+            ("length_regulator", "f0_condition", True, "Seed-VC needs RMVPE, its F0 estimator")):
         folder = tmp_path / section
         shutil.copytree(tiny, folder)
         preset_file = folder / "config_dit_mel_seed_uvit_whisper_small_wavenet.yml"
