@@ -331,21 +331,10 @@ def run_case(models, folder: Path, name: str, case: tuple) -> dict:
             "tensors": tensors}
 
 
-def write_audio(folder: Path) -> dict:
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {}
-    for name, (rate, seconds, seed, f0) in AUDIO.items():
-        path = folder / f"{name}.wav"
-        soundfile.write(str(path), offline.synthetic_speech(rate, seconds, seed, f0), rate, subtype="PCM_16")
-        record[name] = {"file": f"audio/{path.name}", "rate": rate, "seconds": seconds, "seed": seed, "f0": f0,
-                        "frames": soundfile.info(str(path)).frames}
-    return record
-
-
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     models_info = seedvc_models.write_realtime_models(OUT / "model", MODEL_SEED)
-    audio = write_audio(OUT / "audio")
+    audio = offline.write_audio(OUT / "audio", AUDIO)
     models = build_realtime(OUT / "model")
     cases = {}
     for name, case in CASES.items():

@@ -145,10 +145,11 @@ def synthetic_speech(rate: int, seconds: float, seed: int, f0: float) -> np.ndar
     return 0.6 * wave / np.abs(wave).max()
 
 
-def write_audio(folder: Path) -> dict:
+def write_audio(folder: Path, audio: dict | None = None) -> dict:
+    """The synthetic recordings `audio` (name -> rate, seconds, seed, f0; default AUDIO) as PCM16 wavs."""
     folder.mkdir(parents=True, exist_ok=True)
     record = {}
-    for name, (rate, seconds, seed, f0) in AUDIO.items():
+    for name, (rate, seconds, seed, f0) in (AUDIO if audio is None else audio).items():
         path = folder / f"{name}.wav"
         soundfile.write(str(path), synthetic_speech(rate, seconds, seed, f0), rate, subtype="PCM_16")
         record[name] = {"file": f"audio/{path.name}", "rate": rate, "seconds": seconds, "seed": seed, "f0": f0,

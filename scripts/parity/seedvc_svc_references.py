@@ -45,7 +45,6 @@ pin_process()
 import numpy as np  # noqa: E402
 import seedvc_models  # noqa: E402  (imports upstream, with the vector-quantiser stub of seedvc_s2mel_references)
 import seedvc_references as offline  # noqa: E402  (storage, audio, recording, the precision switch)
-import soundfile  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
@@ -218,23 +217,12 @@ def run_case(wrapper, folder: Path, name: str, case: tuple) -> dict:
             "cfm_output_dtype": sorted(set(cfm_dtypes)), "tensors": tensors}
 
 
-def write_audio(folder: Path) -> dict:
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {}
-    for name, (rate, seconds, seed, f0) in AUDIO.items():
-        path = folder / f"{name}.wav"
-        soundfile.write(str(path), offline.synthetic_speech(rate, seconds, seed, f0), rate, subtype="PCM_16")
-        record[name] = {"file": f"audio/{path.name}", "rate": rate, "seconds": seconds, "seed": seed, "f0": f0,
-                        "frames": soundfile.info(str(path)).frames}
-    return record
-
-
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     calibration = [offline.synthetic_speech(16000, seconds, seed, f0).astype(np.float32)
                    for rate, seconds, seed, f0 in AUDIO.values() if seconds < 30]
     models = seedvc_models.write_svc_models(OUT / "model", MODEL_SEED, calibration)
-    audio = write_audio(OUT / "audio")
+    audio = offline.write_audio(OUT / "audio", AUDIO)
     wrappers = {p: build_wrapper(OUT / "model", p) for p in ("float16", "float32")}
     cases = {}
     for name, case in CASES.items():
