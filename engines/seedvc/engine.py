@@ -155,7 +155,8 @@ def _model_types(params: dict, preset_path: Path) -> tuple[str, str, bool]:
     if vocoder not in VOCODER_TYPES:
         raise CheckpointError(f"{preset_path} uses the {vocoder} vocoder; only BigVGAN (v1 offline) and HiFT "
                               f"(v1 real-time) are supported so far")
-    f0 = bool((params.get("length_regulator") or {}).get("f0_condition"))
+    f0 = bool((params.get("length_regulator") or {}).get("f0_condition")
+              or (params.get("DiT") or {}).get("f0_condition"))
     if f0 and content != "whisper":
         raise CheckpointError(f"{preset_path} takes F0 with the {content} content encoder; Seed-VC's singing "
                               f"model (and this port) takes it with Whisper only")

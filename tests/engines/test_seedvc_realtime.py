@@ -262,7 +262,7 @@ def _edit_preset(model: Path, edit) -> None:
     (lambda p: p["speech_tokenizer"].update(output_layer=0), "output_layer must be a positive layer count"),
     (lambda p: p["speech_tokenizer"].update(type="cnhubert"), "uses the cnhubert content encoder; only Whisper"),
     (lambda p: p["vocoder"].update(type="vocos"), "uses the vocos vocoder; only BigVGAN .* and HiFT"),
-    (lambda p: p["DiT"].update(f0_condition=True), "is the singing \\(F0\\) model"),
+    (lambda p: p["DiT"].update(f0_condition=True), "takes F0 with the xlsr content encoder"),
 ])
 def test_real_time_presets_we_cannot_run_are_refused_in_one_line(tmp_path, edit, message):
     from mizuoto.core.errors import CheckpointError
