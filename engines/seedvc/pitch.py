@@ -7,9 +7,11 @@
     pitch_shift:    the source's voiced F0 times 2 ** (semitones / 12)
     F0_ori conditions the prompt, the shifted F0_alt the source, through the length regulator's F0 embedding.
 
-"Voiced" is F0 > 1, upstream's test. Upstream takes both medians whatever the switch, and fails when either clip has
-no voiced frame; here a median is taken only where it is used: a source with no voiced frame has nothing to move,
-and a reference with none cannot say where to move it (a one-line error names the switch that avoids it).
+"Voiced" is F0 > 1, upstream's test. Upstream takes both medians whatever the switch, and the median of a clip with
+no voiced frame is NaN (torch's median of nothing): a silent source then moves nothing (its mask is empty), but a
+silent reference makes every voiced source frame NaN. Here a median is taken only where it is used, the same
+numbers wherever upstream's are finite, and the silent-reference case is a one-line error naming the switch that
+avoids it.
 """
 
 from __future__ import annotations

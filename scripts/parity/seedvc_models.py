@@ -210,13 +210,16 @@ def state_summary(state: dict) -> dict:
     return {"tensors": len(state), "values": sum(v.numel() for v in state.values())}
 
 
-def write_dit(folder: Path, preset: dict, seed: int) -> dict:
+def write_dit(folder: Path, preset: dict, seed: int, checkpoint: str = DIT_CHECKPOINT,
+              preset_name: str = PRESET) -> dict:
+    """A DiT pair: upstream's nets for `preset` filled from `seed` (the regulator from seed + 5000), saved as
+    {"net": {"cfm": sd, "length_regulator": sd}} beside the preset."""
     nets = build_model(recursive_munch(copy.deepcopy(preset["model_params"])), stage="DiT")
     fill_parameters(nets.cfm, seed)
     fill_parameters(nets.length_regulator, seed + 5000)
     net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
-    torch.save({"net": net}, folder / DIT_CHECKPOINT)
-    (folder / PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
+    torch.save({"net": net}, folder / checkpoint)
+    (folder / preset_name).write_text(yaml.safe_dump(preset, sort_keys=False))
     return {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
 
 
@@ -284,14 +287,7 @@ def write_realtime_models(folder: Path, seed: int) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     preset = tiny_realtime_preset()
     params = preset["model_params"]
-    nets = build_model(recursive_munch(copy.deepcopy(params)), stage="DiT")
-    fill_parameters(nets.cfm, seed)
-    fill_parameters(nets.length_regulator, seed + 5000)
-    net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
-    torch.save({"net": net}, folder / REALTIME_CHECKPOINT)
-    (folder / REALTIME_PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
-    dit = {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
-    return {"preset": preset, "dit": dit,
+    return {"preset": preset, "dit": write_dit(folder, preset, seed, REALTIME_CHECKPOINT, REALTIME_PRESET),
             "xlsr": write_xlsr(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
             "hift": write_hift(asset_folder(folder, HIFT_REPO), seed + 20000),
             "campplus": write_campplus(folder, seed + 30000, REALTIME_CAMPPLUS_SIZES)}
@@ -400,14 +396,7 @@ def write_svc_models(folder: Path, seed: int, calibration: list) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     preset = tiny_svc_preset()
     params = preset["model_params"]
-    nets = build_model(recursive_munch(copy.deepcopy(params)), stage="DiT")
-    fill_parameters(nets.cfm, seed)
-    fill_parameters(nets.length_regulator, seed + 5000)
-    net = {name: {k: v.clone() for k, v in nets[name].state_dict().items()} for name in ("cfm", "length_regulator")}
-    torch.save({"net": net}, folder / SVC_CHECKPOINT)
-    (folder / SVC_PRESET).write_text(yaml.safe_dump(preset, sort_keys=False))
-    dit = {"seed": seed, "regulator_seed": seed + 5000, "state": {k: state_summary(v) for k, v in net.items()}}
-    return {"preset": preset, "dit": dit,
+    return {"preset": preset, "dit": write_dit(folder, preset, seed, SVC_CHECKPOINT, SVC_PRESET),
             "whisper": write_whisper(asset_folder(folder, params["speech_tokenizer"]["name"]), seed + 10000),
             "bigvgan": write_svc_bigvgan(asset_folder(folder, params["vocoder"]["name"]), seed + 20000),
             "campplus": write_campplus(folder, seed + 30000, REALTIME_CAMPPLUS_SIZES),

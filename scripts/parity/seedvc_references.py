@@ -169,6 +169,21 @@ def same_state(module: torch.nn.Module, saved: dict, what: str, dtype=None) -> N
         assert torch.equal(state[key], want), (what, key)
 
 
+def load_dit_nets(model_params, checkpoint: Path):
+    """Upstream's DiT nets as its loaders make them (build_model, load_checkpoint, eval, setup_caches(1, 8192)),
+    each checked to hold exactly the saved state."""
+    nets = build_model(model_params, stage="DiT")
+    nets, _, _, _ = load_checkpoint(nets, None, str(checkpoint), load_only_params=True, ignore_modules=[],
+                                    is_distributed=False)
+    saved = torch.load(str(checkpoint), map_location="cpu")["net"]
+    for key in nets:
+        nets[key].eval()
+        nets[key].to(torch.device("cpu"))
+        same_state(nets[key], saved[key], key)
+    nets.cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    return nets
+
+
 def build_wrapper(model_dir: Path, precision: str):
     """What SeedVCWrapper.__init__ sets for the v1 offline path (_load_base_model, _load_additional_modules), from
     the tiny files."""
@@ -176,16 +191,7 @@ def build_wrapper(model_dir: Path, precision: str):
     wrapper.device = torch.device("cpu")
     config = yaml.safe_load((model_dir / seedvc_models.PRESET).read_text())
     model_params = recursive_munch(config["model_params"])
-    checkpoint = model_dir / seedvc_models.DIT_CHECKPOINT
-    wrapper.model = build_model(model_params, stage="DiT")
-    wrapper.model, _, _, _ = load_checkpoint(wrapper.model, None, str(checkpoint), load_only_params=True,
-                                             ignore_modules=[], is_distributed=False)
-    saved = torch.load(str(checkpoint), map_location="cpu")["net"]
-    for key in wrapper.model:
-        wrapper.model[key].eval()
-        wrapper.model[key].to(wrapper.device)
-        same_state(wrapper.model[key], saved[key], key)
-    wrapper.model.cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    wrapper.model = load_dit_nets(model_params, model_dir / seedvc_models.DIT_CHECKPOINT)
     spect = config["preprocess_params"]["spect_params"]
     wrapper.hop_length = spect["hop_length"]
     wrapper.sr = config["preprocess_params"]["sr"]

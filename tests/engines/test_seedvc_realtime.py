@@ -49,39 +49,10 @@ CHECKPOINT = "DiT_uvit_tat_xlsr_ema.pth"
 
 
 def reference_diffs(folder: Path) -> dict:
-    """Every comparison: '<case>/output', '<case>/trace_wave' (the traced conversion gives convert()'s waveform),
-    '<case>/trace/<name>' -> 0.0 when bitwise equal, else the max difference or a sentence."""
-    from safetensors.numpy import load_file
-    from test_seedvc_engine import diff  # the stored-tensor comparison (whole, or digest + sample)
+    """Every comparison: '<case>/output', '<case>/trace_wave', '<case>/trace/<name>' (test_seedvc_engine's)."""
+    from test_seedvc_engine import conversion_diffs
 
-    from mizuoto.audio import files
-    from mizuoto.engines.seedvc import engine
-    from mizuoto.host import convert, load_model
-    from mizuoto.runtime.context import RequestContext
-
-    refs = load_file(str(folder / "references.safetensors"))
-    cases = json.loads((folder / "references.json").read_text())["cases"]
-    models, out = {}, {}
-    for name, case in cases.items():
-        precision = case["precision"]
-        if precision not in models:
-            models[precision] = load_model("seedvc", str(folder / "model"), device="cpu", dtype="float32",
-                                           overrides={"engines.seedvc.load_options.precision": precision})
-        loaded = models[precision]
-        source, reference = files.read(folder / case["source"]), files.read(folder / case["reference"])
-        speech = convert(loaded, source, reference, seed=case["seed"], params=case["params"])
-        wave = speech.waveform
-        if speech.sample_rate != 22050 or wave.dim() != 2 or wave.shape[0] != 1:
-            out[f"{name}/output"] = f"rate {speech.sample_rate}, shape {list(wave.shape)}: want 22050, (1, samples)"
-        else:
-            out[f"{name}/output"] = diff(wave[0], case["tensors"]["output"], refs)
-        traced_wave, rate, trace = engine.convert_with_trace(loaded.state, source, reference,
-                                                             RequestContext(case["seed"]), dict(case["params"]))
-        out[f"{name}/trace_wave"] = 0.0 if rate == 22050 and torch.equal(traced_wave, wave) else "differs"
-        for key, entry in case["tensors"].items():
-            if key != "output":
-                out[f"{name}/trace/{key}"] = diff(trace[key], entry, refs) if key in trace else "not in the trace"
-    return out
+    return conversion_diffs(folder, 22050)
 
 
 def real_size_inputs(entry: dict) -> dict:

@@ -51,44 +51,12 @@ def ulps(ours: torch.Tensor, theirs: np.ndarray):
 
 
 def reference_diffs(folder: Path) -> dict:
-    """'<case>/output', '<case>/trace_wave', '<case>/trace/<name>' -> 0.0 when bitwise equal (F0s: ulps)."""
-    from safetensors.numpy import load_file
-    from test_seedvc_engine import diff  # the stored-tensor comparison (whole, or digest + sample)
+    """'<case>/output', '<case>/trace_wave', '<case>/trace/<name>' -> 0.0 when bitwise equal (test_seedvc_engine's),
+    and '<case>/f0_ulps/<name>' for the F0s."""
+    from test_seedvc_engine import conversion_diffs
 
-    from mizuoto.audio import files
-    from mizuoto.engines.seedvc import engine
-    from mizuoto.host import convert, load_model
-    from mizuoto.runtime.context import RequestContext
-
-    refs = load_file(str(folder / "references.safetensors"))
-    cases = json.loads((folder / "references.json").read_text())["cases"]
-    models, out = {}, {}
-    for name, case in cases.items():
-        precision = case["precision"]
-        if precision not in models:
-            models[precision] = load_model("seedvc", str(folder / "model"), device="cpu", dtype="float32",
-                                           overrides={"engines.seedvc.load_options.precision": precision})
-        loaded = models[precision]
-        source, reference = files.read(folder / case["source"]), files.read(folder / case["reference"])
-        speech = convert(loaded, source, reference, seed=case["seed"], params=case["params"])
-        wave = speech.waveform
-        if speech.sample_rate != RATE or wave.dim() != 2 or wave.shape[0] != 1:
-            out[f"{name}/output"] = f"rate {speech.sample_rate}, shape {list(wave.shape)}: want {RATE}, (1, samples)"
-        else:
-            out[f"{name}/output"] = diff(wave[0], case["tensors"]["output"], refs)
-        traced_wave, rate, trace = engine.convert_with_trace(loaded.state, source, reference,
-                                                             RequestContext(case["seed"]), dict(case["params"]))
-        out[f"{name}/trace_wave"] = 0.0 if rate == RATE and torch.equal(traced_wave, wave) else "differs"
-        for key, entry in case["tensors"].items():
-            if key == "output":
-                continue
-            if key not in trace:
-                out[f"{name}/trace/{key}"] = "not in the trace"
-            elif key in F0S:
-                out[f"{name}/f0_ulps/{key}"] = ulps(trace[key], refs[entry["tensor"]])
-            else:
-                out[f"{name}/trace/{key}"] = diff(trace[key], entry, refs)
-    return out
+    f0_ulps = ("f0_ulps", lambda ours, entry, refs: ulps(ours, refs[entry["tensor"]]))
+    return conversion_diffs(folder, RATE, special={key: f0_ulps for key in F0S})
 
 
 # ---------------------------------------------------------------------------------------------------
