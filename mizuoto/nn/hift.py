@@ -39,6 +39,7 @@ hooks, so the plain weights here are bitwise the ones upstream convolves with.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -221,9 +222,11 @@ class SourceModule(nn.Module):
     def sines(self, f0: torch.Tensor, generator: torch.Generator, cpu_generator: torch.Generator | None = None):
         """f0 (B, 1, T') Hz -> (sines with noise (B, harmonics, T'), voiced flags (B, 1, T')), upstream's SineGen.
 
-        Built in float32 (upstream's zeros-then-fill matrix is float32 whatever f0 is)."""
+        Built in float32 (upstream's zeros-then-fill matrix is float32 whatever f0 is), each harmonic's frequency
+        computed in f0's dtype before it is stored there (under float16 autocast the predicted f0 is float16, and
+        upstream's `f0 * (i + 1) / sr` stays float16)."""
         batch = f0.shape[0]
-        multiples = torch.arange(1, self.harmonics + 1, device=f0.device).to(torch.float32)[None, :, None]
+        multiples = torch.arange(1, self.harmonics + 1, device=f0.device).to(f0.dtype)[None, :, None]
         frequencies = (f0 * multiples / self.sampling_rate).to(torch.float32)  # cycles per sample, each harmonic
         # the phase as a fraction of a cycle, wrapped before it is scaled (float32 keeps its precision)
         theta = 2 * math.pi * (torch.cumsum(frequencies, dim=-1) % 1)
@@ -334,8 +337,10 @@ class HiFTGenerator(nn.Module):
         half = config.n_fft // 2 + 1
         magnitude = torch.exp(x[:, :half]).clamp(max=1e2)
         phase = torch.sin(x[:, half:])  # upstream's: a sine of the phase, not the phase itself
-        wave = torch.istft(torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase)),
-                           config.n_fft, config.hop_len, config.n_fft, window=window)
+        with warnings.catch_warnings():  # under float16 autocast the spectrum is complex32, as upstream's is
+            warnings.filterwarnings("ignore", message="ComplexHalf support is experimental")
+            wave = torch.istft(torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase)),
+                               config.n_fft, config.hop_len, config.n_fft, window=window)
         return wave.clamp(-config.audio_limit, config.audio_limit)
 
     def forward(self, mel: torch.Tensor, generator: torch.Generator, f0: torch.Tensor | None = None,

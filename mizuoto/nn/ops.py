@@ -25,10 +25,10 @@ class Linear(nn.Linear):
         if weight.device != x.device:
             weight = weight.to(x.device, non_blocking=True)
             bias = None if bias is None else bias.to(x.device, non_blocking=True)
-        # Under autocast, when it casts x to another dtype, nn.Linear gets a contiguous copy and one fused addmm:
-        # the folded route below would round differently, so it is taken only where no cast happens.
-        casts = torch.is_autocast_enabled(x.device.type) and x.dtype != torch.get_autocast_dtype(x.device.type)
-        if x.dim() >= 3 and not x.is_contiguous() and not casts:
+        # Under autocast nn.Linear is autocast's F.linear: the weight and bias cast first, one fused addmm (and a
+        # contiguous copy of x where x is cast too). The folded route below (an mm in autocast's dtype, then the
+        # float32 bias added into it) would round differently, so it is taken only outside autocast.
+        if x.dim() >= 3 and not x.is_contiguous() and not torch.is_autocast_enabled(x.device.type):
             out = torch.mm(x.reshape(-1, x.shape[-1]), weight.t()).view(*x.shape[:-1], weight.shape[0])
             return out if bias is None else out.add_(bias)
         return F.linear(x, weight, bias)
