@@ -66,6 +66,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def _boolean(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -111,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     change.add_argument("--engine", required=True, metavar="ID",
                         help=f"engine to use: {', '.join(engines.of_kind(CONVERT)) or 'none yet'}")
     _add_model_arguments(change, "required unless the engine has built-in weights")
+    streaming = change.add_mutually_exclusive_group()
+    streaming.add_argument("--stream", type=_positive_float, metavar="SECONDS",
+                           help="convert SOURCE in chunks of SECONDS, each on its own (the engine's library "
+                                "streaming; Seed-VC's real-time model), and report each chunk's latency")
+    streaming.add_argument("--live", type=_positive_float, metavar="BLOCK", nargs="?", const=0.0,
+                           help="convert SOURCE as the engine's real-time app does, in blocks of BLOCK seconds "
+                                "(default: the engine's, 0.18 s for Seed-VC) with its context windows and "
+                                "cross-fade, and report each block's latency")
     _add_audio_request_arguments(change)
     _add_engine_params(change.add_argument_group("engine parameters"), CONVERT)
 
@@ -272,9 +290,42 @@ def cmd_convert(args) -> int:
     model = catalog.resolve(spec, args.model, args.models_dir) if args.model else None
     loaded = load_model(spec.id, model, device=args.device, dtype=args.dtype, policy=args.policy,
                         strict=args.strict, settings_file=args.settings)
+    if args.stream or args.live is not None:
+        return _convert_streaming(loaded, source, reference, args, params, output)
     speech = convert(loaded, source, reference, seed=args.seed, params=params)
     files.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
+    return 0
+
+
+TAIL_SECONDS = 0.05  # convert --stream: a shorter last block is joined to the one before it
+
+
+def _convert_streaming(loaded, source, reference, args, params, output) -> int:
+    """convert --stream / --live: the source in chunks, each piece's latency on stderr as it comes; the file is
+    written once the stream has ended (a failed stream leaves no partial file)."""
+    import torch
+
+    from mizuoto.audio import files
+    from mizuoto.host import convert_stream
+
+    waveform, rate = source
+    live = None if args.live is None else ({"block_time": args.live} if args.live else {})
+    # live: the file goes in as a sound card's 10 ms callbacks would (the stream makes its own blocks)
+    size = max(1, round((args.stream or 0.01) * rate))
+    starts = list(range(0, waveform.shape[-1], size))
+    if live is None and len(starts) > 1 and waveform.shape[-1] - starts[-1] < rate * TAIL_SECONDS:
+        starts.pop()  # a remainder too short to convert on its own goes with the chunk before it
+    ends = starts[1:] + [waveform.shape[-1]]
+    blocks = ((waveform[..., start:end], rate) for start, end in zip(starts, ends, strict=True))
+    stream = convert_stream(loaded, blocks, reference, seed=args.seed, params=params, live=live)
+    pieces = []
+    for piece in stream:
+        pieces.append(piece.waveform)
+        print(f"block {piece.report['chunk']}: {piece.report['audio_seconds']:.3f} s of audio in "
+              f"{piece.report['wall_seconds'] * 1000:.0f} ms", file=sys.stderr)
+    files.write(output, torch.cat(pieces, dim=-1), stream.report["sample_rate"], args.format)
+    print(json.dumps({**stream.report, "output": str(output)}, indent=2))
     return 0
 
 

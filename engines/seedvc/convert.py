@@ -55,6 +55,11 @@ class MelSettings:
     f_min: float = 0.0
     f_max: float | None = None
 
+    def frames(self, samples: int) -> int:
+        """How many frames log_mel gives `samples` samples (reflect-padded by (n_fft - hop) / 2 each side)."""
+        padding = int((self.n_fft - self.hop_length) / 2)
+        return max(0, (samples + 2 * padding - self.n_fft) // self.hop_length + 1)
+
     def log_mel(self, wave: torch.Tensor) -> torch.Tensor:
         return mel.hifigan_log_mel(wave, sample_rate=self.sample_rate, n_fft=self.n_fft, n_mels=self.n_mels,
                                    hop_length=self.hop_length, win_length=self.win_length, f_min=self.f_min,

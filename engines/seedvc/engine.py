@@ -21,7 +21,8 @@ from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.graphs import GraphedCall
 from mizuoto.runtime.handles import ModelHandle
 
-from . import assets
+from . import assets, stream
+from . import live as live_blocks
 from .content import load_encoder, load_xlsr
 from .convert import MelSettings, autocast_for
 from .convert import convert as run_conversion
@@ -228,6 +229,27 @@ def _run(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: di
 def convert(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):
     """The host's convert(): (waveform (1, samples), rate)."""
     return _run(state, source, reference, ctx, values, None), state.mel.sample_rate
+
+
+def convert_stream(state: SeedVCLoaded, chunks, reference, ctx: RequestContext, values: dict, live=None):
+    """The host's convert_stream(): converted pieces ((1, samples), rate) in order, for the real-time model.
+    Without `live`, each chunk is converted alone (stream.py, upstream's library streaming); with `live` (a dict
+    of live.LiveSettings, {} for the defaults), the audio runs block by block through the real-time app's
+    buffers (live.py) and each block of output comes as its input completes."""
+    stream.check_streamable(state)
+    _pitch(state, values)  # the real-time model takes no F0: a pitch shift is refused as in convert()
+    rate = state.mel.sample_rate
+    if live is None:
+        pieces = stream.stream(state, chunks, reference, ctx, values["diffusion_steps"], values["length_adjust"],
+                               values["inference_cfg_rate"])
+        return ((piece, rate) for piece in pieces)
+    settings = live_blocks.LiveSettings.from_dict(live)
+    if values["length_adjust"] != 1.0:
+        raise InputError("length_adjust does not apply to live streaming (the output keeps the input's pace); "
+                         "set it to 1.0")
+    blocks = live_blocks.live(state, chunks, reference, ctx, values["diffusion_steps"], values["inference_cfg_rate"],
+                              settings)
+    return ((block, rate) for block in blocks)
 
 
 def convert_with_trace(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict):

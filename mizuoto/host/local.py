@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -177,6 +178,74 @@ def convert(loaded: LoadedModel, source: tuple[Any, int], reference: tuple[Any, 
     speech = _speech(loaded, ctx, run, "convert", values, waveform, rate)
     speech.report["source_seconds"] = round(source[0].shape[-1] / source[1], 4)
     return speech
+
+
+class ConvertStream:
+    """What convert_stream() returns: iterate it for each source chunk's converted piece as soon as it is made (a
+    Speech whose report says the chunk's index, its audio seconds and the wall seconds it took); `report` is the
+    whole stream's (as convert()'s, with the chunk count), once the stream has ended."""
+
+    def __init__(self, loaded: LoadedModel, ctx: RequestContext, values: dict):
+        self._loaded, self._ctx, self._values = loaded, ctx, values
+        self._run = Run(ctx.seed, loaded.policy.name, ctx.accel)
+        self.source_seconds = 0.0
+        self.report: dict[str, Any] | None = None
+
+    def checked(self, chunks):
+        """The source chunks, each checked as convert() checks a source (mono float32)."""
+        for waveform, rate in chunks:
+            waveform = self._loaded.spec.check_source(waveform, rate)
+            self.source_seconds += waveform.shape[-1] / int(rate)
+            yield waveform, int(rate)
+
+    def run(self, pieces):
+        """Take the engine's (piece, rate) iterator; the report is written after its last piece."""
+        self._pieces = pieces
+        return self
+
+    def __iter__(self):
+        import torch
+
+        index, samples, rate, started, walls = 0, 0, None, time.perf_counter(), []
+        for waveform, rate in self._pieces:
+            samples += int(waveform.shape[-1])
+            walls.append(time.perf_counter() - started)  # from asking for the chunk to its audio: its latency
+            yield Speech(waveform, rate, {"chunk": index, "samples": int(waveform.shape[-1]),
+                                          "audio_seconds": round(waveform.shape[-1] / rate, 4),
+                                          "wall_seconds": round(walls[-1], 4)})
+            index, started = index + 1, time.perf_counter()
+        self._run.finish()
+        seconds = samples / rate if rate else 0.0
+        report = _speech(self._loaded, self._ctx, self._run, "convert", self._values, torch.zeros(1, 0),
+                         rate or 1).report
+        self.report = {**report, "sample_rate": rate, "samples": samples, "audio_seconds": round(seconds, 4),
+                       "real_time_factor": round(self._run.wall_seconds / seconds, 4) if seconds > 0 else None,
+                       "source_seconds": round(self.source_seconds, 4), "stream_chunks": index,
+                       "chunk_wall_seconds": {"mean": round(sum(walls) / len(walls), 4) if walls else None,
+                                              "max": round(max(walls), 4) if walls else None}}
+
+
+def convert_stream(loaded: LoadedModel, chunks, reference: tuple[Any, int], seed: int | None = None,
+                   params: dict[str, Any] | None = None, ctx: RequestContext | None = None,
+                   live: dict[str, Any] | None = None) -> ConvertStream:
+    """convert() chunk by chunk, for engines with a streaming mode (Seed-VC's real-time model): `chunks` yields
+    the source's (waveform, sample rate) pieces in order (a microphone's blocks, a file cut up); the result yields
+    converted audio as soon as it is made. `live` (the engine's live settings, {} for its defaults) asks for the
+    engine's low-latency block mode instead of converting each chunk alone. One request: one seed, one report."""
+    from mizuoto.engines.spec import CONVERT
+
+    spec = loaded.spec
+    if spec.kind != CONVERT:
+        raise InputError(f"engine {spec.id} does not convert voices; load a voice-conversion model")
+    implementation = spec.implementation_module()
+    if not hasattr(implementation, "convert_stream"):
+        raise InputError(f"engine {spec.id} has no streaming mode; convert the whole recording with convert()")
+    values = spec.check_speak_params(params)
+    reference = (spec.reference.check(*reference), int(reference[1]))
+    comfy.ensure_loaded(loaded.patcher)
+    stream = ConvertStream(loaded, ctx or RequestContext(seed, accel=loaded.policy.start()), values)
+    return stream.run(implementation.convert_stream(loaded.state, stream.checked(chunks), reference, stream._ctx,
+                                                    values, live=live))
 
 
 def _speech(loaded: LoadedModel, ctx: RequestContext, run: Run, request: str, values: dict, waveform,

