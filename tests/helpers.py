@@ -114,6 +114,19 @@ PARITY_CACHE = Path(os.environ["MIZUOTO_PARITY_CACHE"]) if os.environ.get("MIZUO
 PARITY_FOREIGN = os.environ.get("MIZUOTO_PARITY_FOREIGN") == "1"
 
 
+def load_pack(name: str):
+    """The pack's entry module (the repository's __init__.py), loaded under `name` the way ComfyUI loads a
+    custom_nodes folder."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def parity_module(name: str):
     """A module of scripts/parity (pinned, fingerprint, reference_sets), imported once."""
     import importlib.util

@@ -527,16 +527,9 @@ def test_cli_say_help_lists_the_f5tts_parameters(capsys):
 @pytest.fixture(scope="module")
 def pack():
     """The pack's entry module, loaded the way ComfyUI loads a custom_nodes folder."""
-    import importlib.util
-    import sys
+    from helpers import load_pack
 
-    root = Path(__file__).resolve().parents[2]
-    name = "mizuoto_pack_f5tts"
-    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_pack("mizuoto_pack_f5tts")
 
 
 def node(pack, role):

@@ -187,3 +187,49 @@ def test_a_singing_model_without_rmvpe_names_where_to_put_it(tmp_path):
 if __name__ == "__main__":  # the pinned subprocess of the reference tests
     torch.set_num_threads(1)
     print(json.dumps(reference_diffs(Path(sys.argv[1]))))
+
+
+def test_the_singing_example_workflow_runs_on_the_node_classes():
+    """workflows/api/seedvc_singing.json on the node classes: its model choice (hf:Plachta/Seed-VC#singing) pointed
+    at the set's tiny singing model, LoadAudio standing in with the set's recordings, 2 steps instead of 10 for
+    time. SaveAudio gets what the library gives for the same request, at 44.1 kHz."""
+    from helpers import load_pack
+
+    from mizuoto.audio import files
+    from mizuoto.host import convert
+
+    pack = load_pack("mizuoto_pack_seedvc_singing")
+    graph = json.loads((Path(__file__).resolve().parents[2] / "workflows" / "api" / "seedvc_singing.json").read_text())
+    loader = next(n for n in graph.values() if n["class_type"] == "MizuotoSeedVCLoader")
+    converter = next(n for n in graph.values() if n["class_type"] == "MizuotoSeedVCConvert")
+    assert loader["inputs"]["model"] == "hf:Plachta/Seed-VC#singing"
+    assert {k: converter["inputs"][k] for k in ("auto_f0_adjust", "pitch_shift", "diffusion_steps")} == {
+        "auto_f0_adjust": True, "pitch_shift": 0, "diffusion_steps": 10}  # upstream's app_svc defaults
+    loader["inputs"].update(model=str(REFERENCES / "model"), device="cpu", precision="float32")
+    converter["inputs"]["diffusion_steps"] = 2
+    clips = {"song.wav": files.read(REFERENCES / "audio" / "source_1.5s_22050.wav"),
+             "reference.wav": files.read(REFERENCES / "audio" / "reference_3s_16000.wav")}
+    outputs = {}
+
+    def run(node_id):
+        if node_id not in outputs:
+            node = graph[node_id]
+            inputs = {k: (run(v[0])[v[1]] if isinstance(v, list) else v) for k, v in node["inputs"].items()}
+            if node["class_type"] == "LoadAudio":
+                wave, rate = clips[inputs["audio"]]
+                outputs[node_id] = ({"waveform": wave[None], "sample_rate": rate},)
+            elif node["class_type"] == "SaveAudio":
+                outputs[node_id] = (inputs,)
+            else:
+                cls = pack.NODE_CLASS_MAPPINGS[node["class_type"]]
+                result = getattr(cls(), cls.FUNCTION)(**inputs)
+                outputs[node_id] = result["result"] if isinstance(result, dict) else result
+        return outputs[node_id]
+
+    (save_id,) = [i for i, n in graph.items() if n["class_type"] == "SaveAudio"]
+    saved = run(save_id)[0]["audio"]
+    params = {k: converter["inputs"][k] for k in ("diffusion_steps", "length_adjust", "inference_cfg_rate",
+                                                 "auto_f0_adjust", "pitch_shift")}
+    want = convert(loaded_model(), clips["song.wav"], clips["reference.wav"], seed=converter["inputs"]["seed"],
+                   params=params).waveform
+    assert saved["sample_rate"] == RATE and torch.equal(saved["waveform"][0], want)

@@ -247,16 +247,9 @@ def test_cli_say(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def pack():
     """The pack's entry module, loaded the way ComfyUI loads a custom_nodes folder."""
-    import importlib.util
-    import sys
+    from helpers import load_pack
 
-    root = Path(__file__).resolve().parents[2]
-    name = "mizuoto_pack_voxcpm"
-    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_pack("mizuoto_pack_voxcpm")
 
 
 def test_example_workflow_runs_on_the_node_classes(pack, models):
