@@ -17,9 +17,10 @@
 What is left out: the app's voice-activity detector (FunASR's fsmn-vad, which silences the output between
 utterances; it is a separate model with no port here) and its device-rate mode (its input and output resampled
 around the model with torchaudio's sinc): audio at another rate is brought to the model's by one streaming soxr
-resampler, as a sound system opened at 22.05 kHz would, and the output stays at the model's rate. At the end the last partial block is padded with silence and enough silent blocks follow
-to bring the last input out (`finish`): a live stream's output lags its input by about
-right context + crossfade + search.
+resampler, as a sound system opened at 22.05 kHz would, and the output stays at the model's rate.
+
+At the end the last partial block is padded with silence and enough silent blocks follow to bring the last input
+out (`finish`): a live stream's output lags its input by about right context + crossfade + search.
 """
 
 from __future__ import annotations
