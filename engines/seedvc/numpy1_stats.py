@@ -17,6 +17,8 @@ in every numpy), checked bit for bit against numpy 1.26.4 by tests/engines/test_
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 BUFFER = 8192  # numpy 1's reduction buffer (NPY_BUFSIZE)
@@ -24,26 +26,55 @@ BLOCK = 128  # PW_BLOCKSIZE
 F32 = np.float32
 
 
-def _pairwise(a: np.ndarray) -> np.float32:
-    n = a.shape[0]
-    if n < 8:
-        total = F32(0.0)
-        for value in a:
-            total = F32(total + value)
-        return total
+def _tree(n: int, start: int = 0):
+    """numpy 1's pairwise tree over n elements: a leaf (start, length) where it sums directly, else the pair of
+    its halves' trees (the first half rounded down to a multiple of 8)."""
     if n <= BLOCK:
-        whole = n - n % 8
-        lanes = a[0:8].copy()
-        for start in range(8, whole, 8):
-            lanes = lanes + a[start:start + 8]
-        total = F32(F32(F32(lanes[0] + lanes[1]) + F32(lanes[2] + lanes[3]))
-                    + F32(F32(lanes[4] + lanes[5]) + F32(lanes[6] + lanes[7])))
-        for value in a[whole:]:
-            total = F32(total + value)
-        return total
+        return (start, n)
     half = n // 2
     half -= half % 8
-    return F32(_pairwise(a[:half]) + _pairwise(a[half:]))
+    return [_tree(half, start), _tree(n - half, start + half)]
+
+
+def _leaves(tree) -> list:
+    return [tree] if isinstance(tree, tuple) else _leaves(tree[0]) + _leaves(tree[1])
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(n: int):
+    """For n elements: the tree, its leaves in order, and index arrays gathering each leaf's 8-lane rows (up to
+    16, padded with the index of an appended zero) and its tail (up to 7, padded likewise)."""
+    tree = _tree(n)
+    leaves = _leaves(tree)
+    rows = np.full((len(leaves), BLOCK // 8, 8), n, dtype=np.int64)
+    tails = np.full((len(leaves), 7), n, dtype=np.int64)
+    for i, (start, length) in enumerate(leaves):
+        whole = length - length % 8 if length >= 8 else 0
+        rows[i, : whole // 8] = (start + np.arange(whole)).reshape(-1, 8)
+        tails[i, : length - whole] = start + whole + np.arange(length - whole)
+    return tree, leaves, rows, tails
+
+
+def _combine(tree, totals: dict) -> np.float32:
+    if isinstance(tree, tuple):
+        return totals[tree]
+    return F32(_combine(tree[0], totals) + _combine(tree[1], totals))
+
+
+def _pairwise(a: np.ndarray) -> np.float32:
+    """numpy 1's FLOAT_pairwise_sum of one buffer, every leaf at once: each lane's float32 adds in the same order
+    (a padded zero adds nothing), the lanes joined as numpy joins them, the tail added one by one, then the tree."""
+    tree, leaves, rows, tails = _plan(a.shape[0])
+    padded = np.concatenate([a, np.zeros(1, dtype=F32)])
+    lanes = padded[rows]  # (leaves, 16, 8)
+    acc = lanes[:, 0].copy()
+    for index in range(1, lanes.shape[1]):
+        acc = acc + lanes[:, index]
+    total = (acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3]) + ((acc[:, 4] + acc[:, 5]) + (acc[:, 6] + acc[:, 7]))
+    tail = padded[tails]
+    for index in range(tail.shape[1]):
+        total = total + tail[:, index]
+    return _combine(tree, {leaf: F32(value) for leaf, value in zip(leaves, total, strict=True)})
 
 
 def float32_sum(a: np.ndarray) -> np.float32:
