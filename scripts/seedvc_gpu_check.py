@@ -1,5 +1,6 @@
 """Seed-VC v1 on a GPU at the released architectures (random weights): the offline model's real-time factor, CUDA
-graphs on and off (bit for bit the same audio), compute.compile, both precisions, and peak memory; and the real-time
+graphs on and off (bit for bit the same audio), compute.compile, both precisions, and peak memory; the singing
+model's (44.1 kHz, RMVPE F0) in float16 with graphs off and on; and the real-time
 model's live blocks (the real-time app's algorithm at seed-vc's README settings: 0.18 s blocks, 10 steps, guidance
 0.7): milliseconds per block, graphs on and off (the same blocks).
 
@@ -78,23 +79,53 @@ def to_transformers(state: dict) -> dict:
     return out
 
 
-def write_model(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "config_dit_mel_seed_uvit_whisper_small_wavenet.yml").write_text(
-        json.dumps({"preprocess_params": PREPROCESS, "model_params": RELEASED}))  # JSON is YAML
-    s2mel = S2Mel(S2MelConfig.from_model_params(RELEASED))
-    state = s2mel.state_dict()
+# config_dit_mel_seed_uvit_whisper_base_f0_44k.yml's model_params and preprocess_params (the singing model), as
+# released: the offline preset with a 768 x 17 x 12 DiT, its mlp tail, F0 in 256 bins, 128 mels at 44.1 kHz
+SINGING = {**RELEASED,
+           "vocoder": {"type": "bigvgan", "name": "nvidia/bigvgan_v2_44khz_128band_512x"},
+           "length_regulator": {**RELEASED["length_regulator"], "channels": 768, "f0_condition": True,
+                                "n_f0_bins": 256},
+           "DiT": {**RELEASED["DiT"], "hidden_dim": 768, "num_heads": 12, "depth": 17, "in_channels": 128,
+                   "final_layer_type": "mlp", "content_dim": 768, "f0_condition": True, "n_f0_bins": 256,
+                   "long_skip_connection": False},
+           "wavenet": {**RELEASED["wavenet"], "hidden_dim": 768}}
+SINGING_PREPROCESS = {"sr": 44100, "spect_params": {"n_fft": 2048, "win_length": 2048, "hop_length": 512,
+                                                    "n_mels": 128, "fmin": 0, "fmax": "None"}}
+# nvidia/bigvgan_v2_44khz_128band_512x's config.json (the fields the generator reads)
+BIGVGAN_44K = {**BIGVGAN, "num_mels": 128, "upsample_rates": [8, 4, 2, 2, 2, 2],
+               "upsample_kernel_sizes": [16, 8, 4, 4, 4, 4], "sampling_rate": 44100, "hop_size": 512}
+
+
+def save_s2mel(params: dict, path: Path) -> None:
+    state = S2Mel(S2MelConfig.from_model_params(params)).state_dict()
     torch.save({"net": {n: {k[len(n) + 1:]: v for k, v in state.items() if k.startswith(n + ".")} for n in S2Mel.NETS}},
-               folder / "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth")
+               path)
+
+
+def write_model(folder: Path, singing: bool = False) -> Path:
+    """The offline model's folder, or with `singing` the singing model's (its DiT pair, the 44 kHz BigVGAN and
+    rmvpe.pt at E2E(4, 1, (2, 2))) beside the same Whisper and CAM++."""
+    from mizuoto.nn import rmvpe
+
+    folder.mkdir(parents=True)
+    params, preprocess = (SINGING, SINGING_PREPROCESS) if singing else (RELEASED, PREPROCESS)
+    stem = "seed_uvit_whisper_base_f0_44k" if singing else "seed_uvit_whisper_small_wavenet"
+    (folder / f"config_dit_mel_{stem}.yml").write_text(
+        json.dumps({"preprocess_params": preprocess, "model_params": params}))  # JSON is YAML
+    save_s2mel(params, folder / ("DiT_seed_v2_uvit_whisper_base_f0_44k_bigvgan_pruned_ft_ema.pth" if singing
+                                 else "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"))
+    if singing:
+        torch.save(rmvpe.RMVPE(rmvpe.RMVPEConfig()).model.state_dict(), folder / "rmvpe.pt")
     whisper = folder / "whisper-small"
     whisper.mkdir()
     (whisper / "config.json").write_text(json.dumps(WHISPER_SMALL))
     encoder = whisper_encoder.AudioEncoder(whisper_encoder.dims_from_hf(WHISPER_SMALL), numerics="transformers")
     torch.save(to_transformers(encoder.state_dict()), whisper / "pytorch_model.bin")
-    vocoder = folder / "bigvgan_v2_22khz_80band_256x"
+    config = BIGVGAN_44K if singing else BIGVGAN
+    vocoder = folder / params["vocoder"]["name"].split("/")[1]
     vocoder.mkdir()
-    (vocoder / "config.json").write_text(json.dumps(BIGVGAN))
-    torch.save({"generator": bigvgan.BigVGAN(bigvgan.BigVGANConfig.from_dict(BIGVGAN)).state_dict()},
+    (vocoder / "config.json").write_text(json.dumps(config))
+    torch.save({"generator": bigvgan.BigVGAN(bigvgan.BigVGANConfig.from_dict(config)).state_dict()},
                vocoder / "bigvgan_generator.pt")
     torch.save(campplus.CAMPPlus(campplus.SEEDVC).state_dict(), folder / "campplus_cn_common.bin")
     return folder
@@ -133,9 +164,7 @@ def write_realtime_model(folder: Path) -> Path:
     folder.mkdir(parents=True)
     (folder / "config_dit_mel_seed_uvit_xlsr_tiny.yml").write_text(
         json.dumps({"preprocess_params": REALTIME_PREPROCESS, "model_params": REALTIME}))
-    state = S2Mel(S2MelConfig.from_model_params(REALTIME)).state_dict()
-    torch.save({"net": {n: {k[len(n) + 1:]: v for k, v in state.items() if k.startswith(n + ".")} for n in S2Mel.NETS}},
-               folder / "DiT_uvit_tat_xlsr_ema.pth")
+    save_s2mel(REALTIME, folder / "DiT_uvit_tat_xlsr_ema.pth")
     xlsr = folder / "wav2vec2-xls-r-300m"
     xlsr.mkdir()
     (xlsr / "config.json").write_text(json.dumps(XLSR_300M))
@@ -174,7 +203,8 @@ def speech(seconds: float, rate: int, hz: float) -> torch.Tensor:
     return 0.3 * torch.sin(2 * torch.pi * hz * t * (1 + 0.05 * torch.sin(2 * torch.pi * 3 * t)))
 
 
-def measure(folder: Path, device: str, precision: str, graphs: bool, compile_: bool, seconds: float, steps: int):
+def measure(folder: Path, device: str, precision: str, graphs: bool, compile_: bool, seconds: float, steps: int,
+            model: str = "offline"):
     overrides = {"engines.seedvc.load_options.precision": precision, "compute.cuda_graphs": graphs,
                  "compute.compile": compile_}
     loaded = load_model("seedvc", str(folder), device=device, overrides=overrides)
@@ -189,7 +219,8 @@ def measure(folder: Path, device: str, precision: str, graphs: bool, compile_: b
         out = convert(loaded, source, reference, seed=1, params=params)
         torch.cuda.synchronize()
         best = min(best, time.perf_counter() - start)
-    return {"precision": precision, "cuda_graphs": graphs, "compile": compile_, "seconds": round(best, 4),
+    return {"model": model, "precision": precision, "cuda_graphs": graphs, "compile": compile_,
+            "seconds": round(best, 4),
             "rtf": round(best / (out.waveform.shape[-1] / out.sample_rate), 4),
             "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3)}, out.waveform
 
@@ -217,6 +248,14 @@ def main() -> int:
                 waves[(precision, graphs, compile_)] = wave
             if not torch.equal(waves[(precision, False, False)], waves[(precision, True, False)]):
                 failures.append(f"{precision}: CUDA graphs changed the audio")
+        singing = write_model(Path(tmp) / "singing", singing=True)
+        sung = {}
+        for graphs in (False, True):
+            row, sung[graphs] = measure(singing, "cuda", "float16", graphs, False, args.seconds, args.steps, "singing")
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if not torch.equal(sung[False], sung[True]):
+            failures.append("singing float16: CUDA graphs changed the audio")
         live_rows = []
         realtime = write_realtime_model(Path(tmp) / "realtime")
         for precision in ("float16", "float32"):

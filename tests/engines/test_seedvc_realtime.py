@@ -457,6 +457,25 @@ def test_streaming_needs_the_real_time_model_and_no_pitch_shift():
     assert list(convert_stream(_loaded(), iter([]), reference)) == []  # an empty source gives nothing
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["float16", "float32"])
+def test_on_cuda_live_blocks_are_the_same_with_graphs_on_and_off(precision):
+    """The CFM of each block replays as one CUDA graph (the blocks share one shape): the same blocks as eager."""
+    from mizuoto.host import convert_stream, load_model
+
+    (source, rate), reference = _clip("source_2s_22050"), _clip("reference_3s_16000")
+    runs = {}
+    for graphs in (False, True):
+        loaded = load_model("seedvc", str(REFERENCES / "model"), device="cuda",
+                            overrides={"engines.seedvc.load_options.precision": precision,
+                                       "compute.cuda_graphs": graphs})
+        runs[graphs] = torch.cat([p.waveform for p in convert_stream(loaded, iter([(source, rate)]), reference,
+                                                                      seed=3, params={"diffusion_steps": 4},
+                                                                      live={})], dim=-1)
+    assert runs[False].shape == runs[True].shape and torch.equal(runs[False], runs[True])
+
+
 def _copy_model(tmp_path: Path) -> Path:
     model = tmp_path / "model"
     shutil.copytree(REFERENCES / "model", model)
