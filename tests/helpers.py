@@ -127,6 +127,31 @@ def load_pack(name: str):
     return module
 
 
+def saved_audio(pack, graph: dict, recordings) -> dict:
+    """Run an API workflow graph on the pack's node classes up to its SaveAudio node and return the AUDIO it
+    gets. LoadAudio stands in with `recordings(file name)` -> (waveform (channels, samples), rate); SaveAudio
+    keeps its inputs."""
+    outputs = {}
+
+    def run(node_id):
+        if node_id not in outputs:
+            node = graph[node_id]
+            inputs = {k: (run(v[0])[v[1]] if isinstance(v, list) else v) for k, v in node["inputs"].items()}
+            if node["class_type"] == "LoadAudio":
+                wave, rate = recordings(inputs["audio"])
+                outputs[node_id] = ({"waveform": wave[None], "sample_rate": rate},)
+            elif node["class_type"] == "SaveAudio":
+                outputs[node_id] = (inputs,)
+            else:
+                cls = pack.NODE_CLASS_MAPPINGS[node["class_type"]]
+                result = getattr(cls(), cls.FUNCTION)(**inputs)
+                outputs[node_id] = result["result"] if isinstance(result, dict) else result
+        return outputs[node_id]
+
+    (save_id,) = [i for i, n in graph.items() if n["class_type"] == "SaveAudio"]
+    return run(save_id)[0]["audio"]
+
+
 def parity_module(name: str):
     """A module of scripts/parity (pinned, fingerprint, reference_sets), imported once."""
     import importlib.util

@@ -163,11 +163,8 @@ def _convert(model, source, reference, ctx, steps, length_adjust, cfg_rate, trac
         ctx.progress(index, total)
         chunk = cond[:, done:done + window]
         last = done + window >= cond.size(1)
-        condition = torch.cat([prompt_condition, chunk], dim=1)
-        lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
         with ctx.step(), model.autocast():
-            target = model.flow()((condition, lengths, mel_ref, style), generator, steps=steps,
-                                  cfg_rate=cfg_rate)[:, :, mel_ref.size(-1):]
+            target = model.solve(prompt_condition, chunk, mel_ref, style, generator, steps, cfg_rate)
         with ctx.step():
             wave = model.vocode(target.float(), generator, ctx)  # (1, samples)
         record(f"vc_target/{index}", target)

@@ -59,6 +59,15 @@ class SeedVCLoaded:
     def device(self) -> torch.device:
         return self.handle.device
 
+    def solve(self, prompt_condition: torch.Tensor, cond: torch.Tensor, prompt_mel: torch.Tensor,
+              style: torch.Tensor, generator: torch.Generator, steps: int, cfg_rate: float) -> torch.Tensor:
+        """The CFM over [prompt_condition, cond] with the reference's mel as its prompt, the prompt's frames
+        dropped from the result: the mel of `cond`'s frames (the caller holds the step and the autocast)."""
+        condition = torch.cat([prompt_condition, cond], dim=1)
+        lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=self.device)
+        return self.flow()((condition, lengths, prompt_mel, style), generator, steps=steps,
+                           cfg_rate=cfg_rate)[:, :, prompt_mel.size(-1):]
+
     def autocast(self):
         return autocast_for(self.device, self.float16)
 

@@ -172,12 +172,10 @@ class LiveStream:
             frames = int((self.skip_head + self.return_length + self.skip_tail - self.content_skip) / FRAME_RATE
                          * self.rate // model.mel.hop_length)
             cond = model.s2mel.length_regulator(s_alt, ylens=torch.tensor([frames], device=device))[0]
-        condition = torch.cat([self.prompt_condition, cond], dim=1)
-        lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
         generator = self.ctx.generator_for(device)
         with self.ctx.step(), model.autocast():
-            target = model.flow()((condition, lengths, self.mel2, self.style), generator, steps=self.steps,
-                                  cfg_rate=self.cfg_rate)[:, :, self.mel2.size(-1):]
+            target = model.solve(self.prompt_condition, cond, self.mel2, self.style, generator, self.steps,
+                                 self.cfg_rate)
             wave = model.vocode(target, generator, self.ctx)[0].cpu()  # the vocoder under the autocast too
         output_len = self.return_length * self.rate // FRAME_RATE
         tail_len = self.skip_tail * self.rate // FRAME_RATE

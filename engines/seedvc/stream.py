@@ -108,12 +108,10 @@ class Stream:
             s_alt = content_features(model.content, audio_16k.to(device), self.ctx.generator_for(torch.device("cpu")))
             lengths = torch.tensor([frames], dtype=torch.long, device=device)
             cond = model.s2mel.length_regulator(s_alt, ylens=lengths)[0]
-        condition = torch.cat([self.prompt_condition, cond], dim=1)
-        condition_lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
         generator = self.ctx.generator_for(device)
         with self.ctx.step(), model.autocast():
-            target = model.flow()((condition, condition_lengths, self.mel2, self.style), generator, steps=self.steps,
-                                  cfg_rate=self.cfg_rate)[:, :, self.mel2.size(-1):]
+            target = model.solve(self.prompt_condition, cond, self.mel2, self.style, generator, self.steps,
+                                 self.cfg_rate)
         with self.ctx.step():
             wave = model.vocode(target.float(), generator, self.ctx)
         return wave[0].cpu().numpy()

@@ -193,7 +193,7 @@ def test_the_singing_example_workflow_runs_on_the_node_classes():
     """workflows/api/seedvc_singing.json on the node classes: its model choice (hf:Plachta/Seed-VC#singing) pointed
     at the set's tiny singing model, LoadAudio standing in with the set's recordings, 2 steps instead of 10 for
     time. SaveAudio gets what the library gives for the same request, at 44.1 kHz."""
-    from helpers import load_pack
+    from helpers import load_pack, saved_audio
 
     from mizuoto.audio import files
     from mizuoto.host import convert
@@ -209,25 +209,7 @@ def test_the_singing_example_workflow_runs_on_the_node_classes():
     converter["inputs"]["diffusion_steps"] = 2
     clips = {"song.wav": files.read(REFERENCES / "audio" / "source_1.5s_22050.wav"),
              "reference.wav": files.read(REFERENCES / "audio" / "reference_3s_16000.wav")}
-    outputs = {}
-
-    def run(node_id):
-        if node_id not in outputs:
-            node = graph[node_id]
-            inputs = {k: (run(v[0])[v[1]] if isinstance(v, list) else v) for k, v in node["inputs"].items()}
-            if node["class_type"] == "LoadAudio":
-                wave, rate = clips[inputs["audio"]]
-                outputs[node_id] = ({"waveform": wave[None], "sample_rate": rate},)
-            elif node["class_type"] == "SaveAudio":
-                outputs[node_id] = (inputs,)
-            else:
-                cls = pack.NODE_CLASS_MAPPINGS[node["class_type"]]
-                result = getattr(cls(), cls.FUNCTION)(**inputs)
-                outputs[node_id] = result["result"] if isinstance(result, dict) else result
-        return outputs[node_id]
-
-    (save_id,) = [i for i, n in graph.items() if n["class_type"] == "SaveAudio"]
-    saved = run(save_id)[0]["audio"]
+    saved = saved_audio(pack, graph, clips.__getitem__)
     params = {k: converter["inputs"][k] for k in ("diffusion_steps", "length_adjust", "inference_cfg_rate",
                                                  "auto_f0_adjust", "pitch_shift")}
     want = convert(loaded_model(), clips["song.wav"], clips["reference.wav"], seed=converter["inputs"]["seed"],

@@ -264,24 +264,9 @@ def test_example_workflow_runs_on_the_node_classes(pack, models):
     loader["inputs"].update(model=str(DATA / "v2"), device="cpu", dtype="float32")
     speaker["inputs"].update(SHORT)
     wave, rate = recording()
-    outputs = {}
+    from helpers import saved_audio
 
-    def run(node_id):
-        if node_id not in outputs:
-            node = graph[node_id]
-            inputs = {k: (run(v[0])[v[1]] if isinstance(v, list) else v) for k, v in node["inputs"].items()}
-            if node["class_type"] == "LoadAudio":
-                outputs[node_id] = ({"waveform": wave[None], "sample_rate": rate},)
-            elif node["class_type"] == "SaveAudio":
-                outputs[node_id] = (inputs,)
-            else:
-                cls = pack.NODE_CLASS_MAPPINGS[node["class_type"]]
-                result = getattr(cls(), cls.FUNCTION)(**inputs)
-                outputs[node_id] = result["result"] if isinstance(result, dict) else result
-        return outputs[node_id]
-
-    (save_id,) = [i for i, n in graph.items() if n["class_type"] == "SaveAudio"]
-    saved = run(save_id)[0]["audio"]
+    saved = saved_audio(pack, graph, lambda name: (wave, rate))
     params = {k: v for k, v in speaker["inputs"].items() if k in {p.name for p in models["v2"].spec.speak_params}}
     want = host.speak(models["v2"], speaker["inputs"]["text"], seed=speaker["inputs"]["seed"], params=params,
                       reference=(wave, rate), reference_text=speaker["inputs"]["reference_text"]).waveform
