@@ -194,21 +194,6 @@ class LiveStream:
         return infer_wav[: self.block]
 
 
-class _DeviceResampler:
-    """Input at another rate, brought to the model's as a sound system brings a device's: one soxr stream (HQ)
-    over all chunks, so chunk edges leave no mark. (The app's own device-rate mode is not ported: see above.)"""
-
-    def __init__(self, rate: int, target: int):
-        import soxr
-
-        self.rate = rate
-        self._stream = soxr.ResampleStream(rate, target, 1, dtype="float32", quality="HQ")
-
-    def __call__(self, waveform: torch.Tensor, last: bool = False) -> torch.Tensor:
-        chunk = waveform.to(torch.float32).reshape(-1).cpu().numpy()
-        return torch.from_numpy(self._stream.resample_chunk(chunk, last=last).copy())
-
-
 def live(model, chunks, reference, ctx, steps: int, cfg_rate: float, settings: LiveSettings):
     """Each converted block (1, block) as soon as its input is complete, then the flush (LiveStream.finish).
     Chunks at the model's rate go in as they are (upstream's sr_model); at another rate, one rate throughout, they
@@ -217,10 +202,12 @@ def live(model, chunks, reference, ctx, steps: int, cfg_rate: float, settings: L
     resampler = None
     for waveform, rate in chunks:
         if resampler is None and rate != stream.rate:
-            resampler = _DeviceResampler(rate, stream.rate)
-        if rate != (resampler.rate if resampler else stream.rate):
+            # as a sound system brings a device's rate to the model's (the app's own device-rate mode is not
+            # ported: see above)
+            resampler = librosa_soxr.Stream(rate, stream.rate)
+        if rate != (resampler.orig_rate if resampler else stream.rate):
             raise InputError(f"a live stream's chunks come at one rate; this one is {rate} Hz after "
-                             f"{resampler.rate if resampler else stream.rate} Hz")
+                             f"{resampler.orig_rate if resampler else stream.rate} Hz")
         yield from stream.blocks(resampler(waveform) if resampler else waveform)
     if resampler is not None:
         yield from stream.blocks(resampler(torch.zeros(0), last=True))

@@ -25,16 +25,36 @@ def output_length(samples: int, orig_rate: int, new_rate: int) -> int:
     return int(math.ceil(samples * (float(new_rate) / orig_rate)))
 
 
-def resample(wave, orig_rate: int, new_rate: int) -> torch.Tensor:
-    """`wave` (..., samples), float32 or float64, resampled from `orig_rate` to `new_rate` Hz along its last
-    axis exactly as librosa.resample(res_type="soxr_hq") resamples it; on the CPU, in the input's dtype."""
-    import numpy
-
+def _soxr():
     try:
         import soxr
     except ImportError as exc:
         raise InputError(f"resampling this engine's audio needs the soxr package ({exc}); "
                          f"install it with: pip install soxr") from None
+    return soxr
+
+
+class Stream:
+    """Mono float32 audio resampled chunk by chunk as one signal (soxr's streaming resampler, HQ): the chunks'
+    outputs joined do not depend on where the input was cut. For live input at a rate other than a model's,
+    as a sound system resamples a device; not librosa's whole-clip result (its edges differ)."""
+
+    def __init__(self, orig_rate: int, new_rate: int):
+        self.orig_rate, self.new_rate = int(orig_rate), int(new_rate)
+        self._stream = _soxr().ResampleStream(self.orig_rate, self.new_rate, 1, dtype="float32", quality="HQ")
+
+    def __call__(self, wave: torch.Tensor, last: bool = False) -> torch.Tensor:
+        """The next chunk (samples,) -> what the resampler gives out for it; `last` flushes its delay line."""
+        chunk = torch.as_tensor(wave).to(torch.float32).reshape(-1).cpu().numpy()
+        return torch.from_numpy(self._stream.resample_chunk(chunk, last=last).copy())
+
+
+def resample(wave, orig_rate: int, new_rate: int) -> torch.Tensor:
+    """`wave` (..., samples), float32 or float64, resampled from `orig_rate` to `new_rate` Hz along its last
+    axis exactly as librosa.resample(res_type="soxr_hq") resamples it; on the CPU, in the input's dtype."""
+    import numpy
+
+    soxr = _soxr()
     wave = torch.as_tensor(wave)
     orig_rate, new_rate = int(orig_rate), int(new_rate)
     if orig_rate <= 0 or new_rate <= 0:
