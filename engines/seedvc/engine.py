@@ -1,7 +1,8 @@
 """Loading and converting for Seed-VC v1: the offline model (Whisper content, BigVGAN), the real-time one
 (XLS-R content, HiFT) and the singing one (Whisper content, F0 from RMVPE, the 44 kHz BigVGAN), all with CAM++
 style and the s2mel DiT; the preset's `speech_tokenizer.type`, `vocoder.type` and `f0_condition` choose the
-encoder, the vocoder and the F0 input, as upstream's loaders do."""
+encoder, the vocoder and the F0 input, as upstream's loaders do. The real-time model also converts as a stream
+(stream.py: upstream's library streaming; live.py: its real-time app's blocks)."""
 
 from __future__ import annotations
 
