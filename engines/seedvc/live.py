@@ -20,7 +20,7 @@ around the model with torchaudio's sinc): audio at another rate is brought to th
 resampler, as a sound system opened at 22.05 kHz would, and the output stays at the model's rate.
 
 At the end the last partial block is padded with silence and enough silent blocks follow to bring the last input
-out (`finish`): a live stream's output lags its input by about right context + crossfade + search.
+out (`flush`): a live stream's output lags its input by about right context + crossfade + search.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mizuoto.audio import kaldi_fbank, librosa_soxr, torchaudio_sinc
+from mizuoto.audio import librosa_soxr
 from mizuoto.core.errors import InputError
 
 from .content import content_features
 from .convert import CONTENT_RATE, at_rate
-from .stream import check_streamable
+from .stream import check_streamable, reference_prompt
 
 FRAME_RATE = 50  # the app counts in 20 ms units (`zc`) and 50 content frames per second
 
@@ -77,8 +77,8 @@ class LiveSettings:
 
 
 class LiveStream:
-    """The app's buffers for one reference voice; `push` takes audio at the model's rate and returns one block
-    of converted audio per whole block it completes."""
+    """The app's buffers for one reference voice; `blocks` takes audio at the model's rate and yields one block
+    of converted audio per whole block it completes, `flush` ends the stream."""
 
     def __init__(self, model, reference: tuple[torch.Tensor, int], ctx, steps: int, cfg_rate: float,
                  settings: LiveSettings):
@@ -108,27 +108,13 @@ class LiveStream:
         self.prompt_condition = None  # made on the first block, as the app's custom_infer makes it
 
     def _prepare(self) -> None:
-        model, device, sr = self.model, self.model.device, self.rate
+        sr = self.rate
         audio = at_rate(*self.reference, sr)[:, : int(sr * self.settings.max_prompt_length)]  # librosa.load(sr=sr)
-        audio_16k = torchaudio_sinc.resample(audio, sr, CONTENT_RATE, transform_kernel=False)
-        with self.ctx.step():
-            s_ori = content_features(model.content, audio_16k.to(device), self.ctx.generator_for(torch.device("cpu")))
-        self.style = model.campplus(kaldi_fbank.campplus_features(audio_16k.to(device)).unsqueeze(0))
-        self.mel2 = model.mel.log_mel(audio.to(device))
-        lengths = torch.tensor([self.mel2.size(2)], dtype=torch.long, device=device)
-        with self.ctx.step():
-            self.prompt_condition = model.s2mel.length_regulator(s_ori, ylens=lengths)[0]
-
-    def push(self, audio: torch.Tensor) -> list[torch.Tensor]:
-        """Mono audio (samples,) at the model's rate -> the converted blocks it completes, each (1, block)."""
-        return list(self.blocks(audio))
-
-    def finish(self) -> list[torch.Tensor]:
-        """The last partial block padded with silence, then silent blocks until the last input is out."""
-        return list(self.flush())
+        self.mel2, self.style, self.prompt_condition = reference_prompt(self.model, audio, self.ctx)
 
     def blocks(self, audio: torch.Tensor):
-        """push(), one block at a time: each is yielded as soon as it is converted."""
+        """Mono audio (samples,) at the model's rate -> each block of converted audio (1, block) it completes,
+        yielded as soon as it is converted."""
         if self.finished:
             raise InputError("this live stream has ended; start a new one")
         self.pending = torch.cat([self.pending, audio.to(torch.float32).reshape(-1)])
@@ -139,7 +125,8 @@ class LiveStream:
             yield out
 
     def flush(self):
-        """finish(), one block at a time."""
+        """The end of the stream: the last partial block padded with silence, then silent blocks until the last
+        input is out, each converted block yielded."""
         tail = self.pending.shape[0]
         padded = math.ceil(tail / self.block) * self.block - tail
         flush = math.ceil((self.skip_tail * self.zc + self.sola_buffer_frame + self.sola_search_frame) / self.block)
@@ -195,7 +182,7 @@ class LiveStream:
 
 
 def live(model, chunks, reference, ctx, steps: int, cfg_rate: float, settings: LiveSettings):
-    """Each converted block (1, block) as soon as its input is complete, then the flush (LiveStream.finish).
+    """Each converted block (1, block) as soon as its input is complete, then the flush (LiveStream.flush).
     Chunks at the model's rate go in as they are (upstream's sr_model); at another rate, one rate throughout, they
     are resampled as a stream first."""
     stream = LiveStream(model, reference, ctx, steps, cfg_rate, settings)

@@ -41,6 +41,21 @@ def check_streamable(model) -> None:
                          "load it, or convert this model's audio whole")
 
 
+def reference_prompt(model, audio: torch.Tensor, ctx):
+    """The target voice as every chunk's conversion takes it, from its (1, samples) audio at the model's rate:
+    (mel2, CAM++'s style, prompt_condition). Its XLS-R draws come first from the request's CPU generator."""
+    device = model.device
+    audio_16k = torchaudio_sinc.resample(audio, model.mel.sample_rate, CONTENT_RATE, transform_kernel=False)
+    with ctx.step():
+        s_ori = content_features(model.content, audio_16k.to(device), ctx.generator_for(torch.device("cpu")))
+    mel2 = model.mel.log_mel(audio.to(device))
+    style = model.campplus(kaldi_fbank.campplus_features(audio_16k.to(device)).unsqueeze(0))
+    lengths = torch.tensor([mel2.size(2)], dtype=torch.long, device=device)
+    with ctx.step():
+        prompt_condition = model.s2mel.length_regulator(s_ori, ylens=lengths)[0]
+    return mel2, style, prompt_condition
+
+
 class Stream:
     """One target voice prepared once, then source chunks converted in order (`push`)."""
 
@@ -56,16 +71,8 @@ class Stream:
             self._prepare(reference)
 
     def _prepare(self, reference) -> None:
-        model, device, sr = self.model, self.model.device, self.model.mel.sample_rate
-        audio = at_rate(*reference, sr)[:, : sr * REFERENCE_SECONDS]
-        audio_16k = torchaudio_sinc.resample(audio, sr, CONTENT_RATE, transform_kernel=False)
-        with self.ctx.step():
-            s_ori = content_features(model.content, audio_16k.to(device), self.ctx.generator_for(torch.device("cpu")))
-        self.mel2 = model.mel.log_mel(audio.to(device))
-        self.style = model.campplus(kaldi_fbank.campplus_features(audio_16k.to(device)).unsqueeze(0))
-        lengths = torch.tensor([self.mel2.size(2)], dtype=torch.long, device=device)
-        with self.ctx.step():
-            self.prompt_condition = model.s2mel.length_regulator(s_ori, ylens=lengths)[0]
+        audio = at_rate(*reference, self.model.mel.sample_rate)[:, : self.model.mel.sample_rate * REFERENCE_SECONDS]
+        self.mel2, self.style, self.prompt_condition = reference_prompt(self.model, audio, self.ctx)
 
     def push(self, chunk: tuple[torch.Tensor, int], last: bool = False) -> torch.Tensor:
         """The converted audio of one more source chunk (mono (samples,) or (1, samples), any rate) that can be
@@ -94,15 +101,15 @@ class Stream:
         audio = at_rate(waveform, rate, settings.sample_rate)
         # upstream's cross-fade needs a whole overlap from every chunk but the last, which needs a frame
         fewest = 1 if last else OVERLAP_FRAMES
-        if int(settings.frames(audio.shape[-1]) * self.length_adjust) < fewest:
-            frames = int(settings.frames(audio.shape[-1]) * self.length_adjust)
+        frames = int(settings.frames(audio.shape[-1]) * self.length_adjust)
+        if frames < fewest:
             shortest = (fewest + 1) * settings.hop_length / settings.sample_rate / self.length_adjust
             which = "the last stream chunk" if last else "a stream chunk"
             shares = "" if last else f", fewer than the {OVERLAP_FRAMES} its cross-fade shares"
             raise InputError(f"{which} of {seconds:.3f} s gives {frames} frames{shares}; send chunks of at least "
                              f"{shortest:.2f} s")
         audio_16k = torchaudio_sinc.resample(audio, settings.sample_rate, CONTENT_RATE, transform_kernel=False)
-        mel = settings.log_mel(audio.to(device))
+        mel = settings.log_mel(audio.to(device))  # only its length is used, as upstream's
         frames = int(mel.size(2) * self.length_adjust)
         with self.ctx.step():
             s_alt = content_features(model.content, audio_16k.to(device), self.ctx.generator_for(torch.device("cpu")))

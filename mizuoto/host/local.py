@@ -186,8 +186,9 @@ class ConvertStream:
     whole stream's (as convert()'s, with the chunk count), once the stream has ended."""
 
     def __init__(self, loaded: LoadedModel, ctx: RequestContext, values: dict):
-        self._loaded, self._ctx, self._values = loaded, ctx, values
+        self._loaded, self.ctx, self._values = loaded, ctx, values
         self._run = Run(ctx.seed, loaded.policy.name, ctx.accel)
+        self.pieces = iter(())  # the engine's (piece, rate) iterator, set by convert_stream()
         self.source_seconds = 0.0
         self.report: dict[str, Any] | None = None
 
@@ -198,16 +199,9 @@ class ConvertStream:
             self.source_seconds += waveform.shape[-1] / int(rate)
             yield waveform, int(rate)
 
-    def run(self, pieces):
-        """Take the engine's (piece, rate) iterator; the report is written after its last piece."""
-        self._pieces = pieces
-        return self
-
     def __iter__(self):
-        import torch
-
         index, samples, rate, started, walls = 0, 0, None, time.perf_counter(), []
-        for waveform, rate in self._pieces:
+        for waveform, rate in self.pieces:
             samples += int(waveform.shape[-1])
             walls.append(time.perf_counter() - started)  # from asking for the chunk to its audio: its latency
             yield Speech(waveform, rate, {"chunk": index, "samples": int(waveform.shape[-1]),
@@ -215,11 +209,7 @@ class ConvertStream:
                                           "wall_seconds": round(walls[-1], 4)})
             index, started = index + 1, time.perf_counter()
         self._run.finish()
-        seconds = samples / rate if rate else 0.0
-        report = _speech(self._loaded, self._ctx, self._run, "convert", self._values, torch.zeros(1, 0),
-                         rate or 1).report
-        self.report = {**report, "sample_rate": rate, "samples": samples, "audio_seconds": round(seconds, 4),
-                       "real_time_factor": round(self._run.wall_seconds / seconds, 4) if seconds > 0 else None,
+        self.report = {**_report(self._loaded, self.ctx, self._run, "convert", self._values, rate, 1, samples),
                        "source_seconds": round(self.source_seconds, 4), "stream_chunks": index,
                        "chunk_wall_seconds": {"mean": round(sum(walls) / len(walls), 4) if walls else None,
                                               "max": round(max(walls), 4) if walls else None}}
@@ -244,8 +234,9 @@ def convert_stream(loaded: LoadedModel, chunks, reference: tuple[Any, int], seed
     reference = (spec.reference.check(*reference), int(reference[1]))
     comfy.ensure_loaded(loaded.patcher)
     stream = ConvertStream(loaded, ctx or RequestContext(seed, accel=loaded.policy.start()), values)
-    return stream.run(implementation.convert_stream(loaded.state, stream.checked(chunks), reference, stream._ctx,
-                                                    values, live=live))
+    stream.pieces = implementation.convert_stream(loaded.state, stream.checked(chunks), reference, stream.ctx, values,
+                                                  live=live)
+    return stream
 
 
 def _speech(loaded: LoadedModel, ctx: RequestContext, run: Run, request: str, values: dict, waveform,
@@ -254,22 +245,27 @@ def _speech(loaded: LoadedModel, ctx: RequestContext, run: Run, request: str, va
     if waveform.dim() != 2 or waveform.dtype.is_complex or not bool(waveform.isfinite().all()):
         raise RuntimeError(f"engine {loaded.spec.id} produced an invalid waveform "
                            f"(shape {tuple(waveform.shape)}); this is a bug in Mizuoto")
-    seconds = waveform.shape[-1] / rate
-    report = {
+    return Speech(waveform, rate, _report(loaded, ctx, run, request, values, rate, int(waveform.shape[0]),
+                                          int(waveform.shape[-1])))
+
+
+def _report(loaded: LoadedModel, ctx: RequestContext, run: Run, request: str, values: dict, rate: int | None,
+            channels: int, samples: int) -> dict[str, Any]:
+    seconds = samples / rate if rate else 0.0
+    return {
         **loaded.info.report(),
         "seed": ctx.seed,
         request: values,
         "attention": run.attention_report(),
         "sample_rate": rate,
-        "channels": int(waveform.shape[0]),
-        "samples": int(waveform.shape[-1]),
+        "channels": channels,
+        "samples": samples,
         "audio_seconds": round(seconds, 4),
         "wall_seconds": round(run.wall_seconds, 4),
         # null, not infinity, for no audio: JSON has no infinity and browsers refuse to parse it
         "real_time_factor": round(run.wall_seconds / seconds, 4) if seconds > 0 else None,
         "warnings": run.warnings,
     }
-    return Speech(waveform, rate, report)
 
 
 def transcribe(loaded: LoadedModel, waveform, sample_rate: int, params: dict[str, Any] | None = None,
