@@ -40,7 +40,7 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.ops import Linear
-from mizuoto.nn.s2mel_dit import FeedForward, RMSNorm, TimestepEmbedder, rope_table, rotate
+from mizuoto.nn.s2mel_dit import Attention, FeedForward, RMSNorm, TimestepEmbedder, rope_table
 from mizuoto.runtime import accel
 
 # Bidirectional attention over the frames of one chunk (and its tokens), masked by key padding only: approximate
@@ -134,34 +134,11 @@ class AdaptiveNorm(nn.Module):
         return torch.chunk(self.linear(F.silu(condition)), self.chunks, dim=-1)
 
 
-class Attention(nn.Module):
-    """Self-attention with one fused q/k/v projection, every head its own keys (upstream's n_local_heads is its
-    default, n_head). As v1's `s2mel_dit.Attention`, through this engine's own site."""
-
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads, self.head_dim = heads, dim // heads
-        self.wqkv = Linear(dim, 3 * dim, bias=False)
-        self.wo = Linear(dim, dim, bias=False)
-
-    def forward(self, x: torch.Tensor, table: torch.Tensor, mask: torch.Tensor, mask_info) -> torch.Tensor:
-        batch, length, dim = x.shape
-        q, k, v = self.wqkv(x).split([dim, dim, dim], dim=-1)
-        q = rotate(q.view(batch, length, self.heads, self.head_dim), table).transpose(1, 2)
-        k = rotate(k.view(batch, length, self.heads, self.head_dim), table).transpose(1, 2)
-        v = v.view(batch, length, self.heads, self.head_dim).transpose(1, 2)
-        # Upstream's repeat_interleave (by 1 head) hands SDPA k and v as new (B, heads, L, d) tensors and q as the
-        # transposed view: the same layouts.
-        k, v = k.contiguous(), v.contiguous()
-        y = accel.attention(q, k, v, site=ATTENTION, mask=mask, mask_info=mask_info)
-        return self.wo(y.transpose(1, 2).contiguous().view(batch, length, dim))
-
-
 class TransformerBlock(nn.Module):
     def __init__(self, config: DiTV2Config):
         super().__init__()
         dim = config.hidden_dim
-        self.attention = Attention(dim, config.num_heads)
+        self.attention = Attention(dim, config.num_heads, ATTENTION)
         self.feed_forward = FeedForward(dim, config.feed_forward_dim)
         self.ffn_norm = RMSNorm(dim)
         self.attention_norm = AdaptiveNorm(dim, 6)

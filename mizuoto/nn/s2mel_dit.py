@@ -206,11 +206,12 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Self-attention with one fused q/k/v projection (every head its own keys: no GQA in any preset)."""
+    """Self-attention with one fused q/k/v projection (every head its own keys: no GQA in any preset), through
+    `site` (Seed-VC v2's DiT has the same attention under its own site)."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, site: accel.Site = ATTENTION):
         super().__init__()
-        self.heads, self.head_dim = heads, dim // heads
+        self.heads, self.head_dim, self.site = heads, dim // heads, site
         self.wqkv = Linear(dim, 3 * dim, bias=False)
         self.wo = Linear(dim, dim, bias=False)
 
@@ -223,7 +224,7 @@ class Attention(nn.Module):
         # Upstream's repeat_interleave (by 1 head here) hands SDPA k and v as new (B, heads, L, d) tensors and
         # q as the transposed view: the same layouts.
         k, v = k.contiguous(), v.contiguous()
-        y = accel.attention(q, k, v, site=ATTENTION, mask=mask, mask_info=mask_info)
+        y = accel.attention(q, k, v, site=self.site, mask=mask, mask_info=mask_info)
         return self.wo(y.transpose(1, 2).contiguous().view(batch, length, dim))
 
 
