@@ -131,3 +131,64 @@ def locate(path: Path, content: tuple[str, str], vocoder: tuple[str, str | None]
         vocoder_file = find_folder(folder, vocoder[1], "bigvgan_generator.pt", "its BigVGAN vocoder")
     rmvpe = find_file(folder, RMVPE_REPO, RMVPE_FILE, "RMVPE, its F0 estimator") if f0 else None
     return Files(checkpoint, config, content_folder, vocoder_file, find_campplus(folder), rmvpe)
+
+
+# ---------------------------------------------------------------------------------------------------
+# v2 (modules/v2/vc_wrapper.py, loaded by inference_v2.py / app_vc_v2.py): the CFM and the AR checkpoints of
+# Plachta/Seed-VC's v2/ folder, the two ASTRAL quantizers, HuBERT-large (their shared SSL model), CAM++ and the
+# 22 kHz BigVGAN. The wrapper's sizes come from seed-vc's configs/v2/vc_wrapper.yaml (engine_v2.RELEASED); a
+# vc_wrapper.yaml in the v2 folder overrides them (a model trained with other sizes):
+#
+#     models/tts/seedvc/Plachta--Seed-VC/v2/cfm_small.pth, ar_base.pth      (and optionally vc_wrapper.yaml)
+#     models/tts/seedvc/Plachta--ASTRAL-quantization/bsq32/bsq32_light.pth, bsq2048/bsq2048_light.pth
+#     models/tts/seedvc/facebook--hubert-large-ll60k/  (config.json, pytorch_model.bin or model.safetensors)
+#     models/tts/seedvc/nvidia--bigvgan_v2_22khz_80band_256x/, funasr--campplus/campplus_cn_common.bin
+
+V2_CFM, V2_AR, V2_CONFIG = "v2/cfm_small.pth", "v2/ar_base.pth", "v2/vc_wrapper.yaml"
+ASTRAL_REPO = "Plachta/ASTRAL-quantization"
+ASTRAL_NARROW, ASTRAL_WIDE = "bsq32/bsq32_light.pth", "bsq2048/bsq2048_light.pth"
+HUBERT_REPO = "facebook/hubert-large-ll60k"
+V2_VOCODER_REPO = "nvidia/bigvgan_v2_22khz_80band_256x"
+
+
+@dataclass(frozen=True)
+class V2Files:
+    cfm: Path
+    ar: Path
+    config: Path | None  # the v2 folder's vc_wrapper.yaml, or None: the released sizes
+    narrow: Path  # ASTRAL's bsq32 quantizer (the AR's content)
+    wide: Path  # ASTRAL's bsq2048 quantizer (the CFM's content and the AR's prompt)
+    hubert: Path  # a transformers HubertModel folder
+    vocoder: Path  # a BigVGAN folder
+    campplus: Path
+
+
+def v2_folder(path: Path) -> Path | None:
+    """The folder holding `v2/` when `path` is one of v2's checkpoints or a folder with v2's CFM and no v1 DiT
+    pair; else None (a v1 model)."""
+    if path.is_file():
+        return path.parent.parent if f"{path.parent.name}/{path.name}" in (V2_CFM, V2_AR) else None
+    if (path / V2_CFM).is_file() and not any((path / name).is_file() for name in PRESETS):
+        return path
+    if path.name == "v2" and (path / Path(V2_CFM).name).is_file():
+        return path.parent
+    return None
+
+
+def locate_v2(folder: Path) -> V2Files:
+    """v2's files; `folder` holds v2/ (v2_folder's answer)."""
+    cfm, ar = folder / V2_CFM, folder / V2_AR
+    for checkpoint, what in ((cfm, "its CFM"), (ar, "its AR style converter")):
+        if not checkpoint.is_file():
+            name = checkpoint.relative_to(folder).as_posix()
+            raise CheckpointError(f"Seed-VC v2 needs {what} (Plachta/Seed-VC's {name}): put it in {checkpoint.parent}")
+    config = folder / V2_CONFIG
+    astral = find_folder(folder, ASTRAL_REPO, ASTRAL_WIDE, "its ASTRAL content quantizers")
+    if not (astral / ASTRAL_NARROW).is_file():
+        raise CheckpointError(f"Seed-VC v2 needs ASTRAL's narrow quantizer ({ASTRAL_REPO}): put {ASTRAL_NARROW} "
+                              f"in {astral}")
+    hubert = find_folder(folder, HUBERT_REPO, "config.json", "HuBERT-large, its SSL content model")
+    vocoder = find_folder(folder, V2_VOCODER_REPO, "bigvgan_generator.pt", "its BigVGAN vocoder")
+    return V2Files(cfm, ar, config if config.is_file() else None, astral / ASTRAL_NARROW, astral / ASTRAL_WIDE,
+                   hubert, vocoder, find_campplus(folder))
+

@@ -4,6 +4,9 @@ from mizuoto.core.settings import Option
 from mizuoto.engines.spec import CONVERT, Asset, EngineSpec, Param, Reference, Variant
 
 from .assets import (
+    ASTRAL_NARROW,
+    ASTRAL_REPO,
+    ASTRAL_WIDE,
     CAMPPLUS_FILE,
     CAMPPLUS_REPO,
     DIT_CHECKPOINT,
@@ -12,10 +15,14 @@ from .assets import (
     F0_CONFIG,
     HIFT_FILE,
     HIFT_REPO,
+    HUBERT_REPO,
     REALTIME_CHECKPOINT,
     REALTIME_CONFIG,
     RMVPE_FILE,
     RMVPE_REPO,
+    V2_AR,
+    V2_CFM,
+    V2_VOCODER_REPO,
 )
 
 REPO = "Plachta/Seed-VC"
@@ -35,7 +42,7 @@ ENGINE = EngineSpec(
     display_name="Seed-VC",
     description="Zero-shot voice conversion: the speech (or singing) of one recording in the voice of another "
                 "(Seed-VC v1: the offline and real-time models at 22.05 kHz, the singing model at 44.1 kHz with "
-                "F0), exact to seed-vc 0.4.3.",
+                "F0; v2's timbre conversion), exact to seed-vc 0.4.3.",
     implementation="engine",
     # seed-vc 0.4.3 states no licence for its DiT weights (its code is GPL-3.0); the assets it loads are
     # openai/whisper-small (MIT), nvidia/bigvgan_v2 (MIT) and funasr/campplus (Apache-2.0 on its model card);
@@ -43,7 +50,8 @@ ENGINE = EngineSpec(
     # (Apache-2.0 on its model card)
     weights_license="not stated by upstream (see the Plachta/Seed-VC model card; seed-vc's code is GPL-3.0); "
                     "Whisper MIT, BigVGAN MIT; real-time: XLS-R Apache-2.0, CosyVoice-300M's HiFT Apache-2.0; "
-                    "singing: RMVPE (lj1995/VoiceConversionWebUI) MIT",
+                    "singing: RMVPE (lj1995/VoiceConversionWebUI) MIT; v2: HuBERT-large (facebook) Apache-2.0, "
+                    "ASTRAL-quantization not stated by upstream",
     checkpoint_suffixes=(".pth",),  # or rather its folder (the DiT .pth and its .yml, with the shared assets)
     kind=CONVERT,
     repos=(REPO,),
@@ -62,6 +70,12 @@ ENGINE = EngineSpec(
                 (WHISPER, Asset("nvidia/bigvgan_v2_44khz_128band_512x", ("config.json", "bigvgan_generator.pt")),
                  CAMPPLUS, Asset(RMVPE_REPO, (RMVPE_FILE,))),
                 "v1 singing: 44.1 kHz, F0 from RMVPE"),
+        Variant("v2", REPO, (V2_CFM, V2_AR), V2_CFM,
+                (Asset(ASTRAL_REPO, (ASTRAL_NARROW, ASTRAL_WIDE)),
+                 Asset(HUBERT_REPO, ("config.json", "preprocessor_config.json", "pytorch_model.bin")),
+                 Asset(V2_VOCODER_REPO, ("config.json", "bigvgan_generator.pt")), CAMPPLUS),
+                "v2: HuBERT + ASTRAL content, the v2 CFM DiT, 22.05 kHz (timbre conversion; its AR style "
+                "converter is not ported yet)"),
     ),
     # upstream keeps the reference's first 25 s (convert_voice: ref_audio[:sr * 25]); a longer one is taken
     # and cut there, as upstream cuts it
@@ -73,14 +87,21 @@ ENGINE = EngineSpec(
                "autocast); float32: both in float32 (the real-time model: its fp16 switch; XLS-R stays float16 "
                "as upstream runs it)"),
     ),
-    # upstream's SeedVCWrapper.convert_voice defaults (its library entry point)
+    # upstream's SeedVCWrapper.convert_voice defaults (its library entry point); v2's are those of
+    # VoiceConversionWrapper.convert_voice_with_streaming_arrays, except its 30 diffusion steps
     speak_params=(
         Param("diffusion_steps", int, 10, "diffusion steps (upstream suggests 4 to 10 for speed, 30 to 50 for "
-              "quality)", min=1, max=200, step=1),
-        Param("length_adjust", float, 1.0, "output length relative to the source (below 1: faster speech)",
+              "quality; v2's own default is 30)", min=1, max=200, step=1),
+        Param("length_adjust", float, 1.0, "v1: output length relative to the source (below 1: faster speech)",
               min=0.25, max=4.0, step=0.05),
-        Param("inference_cfg_rate", float, 0.7, "classifier-free guidance of the diffusion (0 turns it off)",
+        Param("inference_cfg_rate", float, 0.7, "v1: classifier-free guidance of the diffusion (0 turns it off)",
               min=0.0, max=5.0, step=0.05),
+        # v2 (upstream's convert_voice_with_streaming_arrays keywords and defaults; its AR style converter's
+        # convert_style, top_p, temperature, repetition_penalty and anonymization_only come with its port)
+        Param("intelligibility_cfg_rate", float, 0.7, "v2: guidance towards the source's content", min=0.0, max=5.0,
+              step=0.05),
+        Param("similarity_cfg_rate", float, 0.7, "v2: guidance towards the reference voice", min=0.0, max=5.0,
+              step=0.05),
         # the singing model's F0 (upstream's convert_voice(f0_condition=True) arguments and defaults)
         Param("auto_f0_adjust", bool, True, "singing model: move the source's pitch to the reference voice's "
               "register (its median)"),

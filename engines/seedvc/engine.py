@@ -6,7 +6,6 @@ encoder, the vocoder and the F0 input, as upstream's loaders do. The real-time m
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -118,20 +117,6 @@ def _mel_settings(preset: dict, path: Path, realtime: bool) -> MelSettings:
         raise CheckpointError(f"{path} has no complete preprocess_params (sr, spect_params)") from None
 
 
-def _load_vocoder(folder: Path, device) -> nn.Module:
-    try:
-        config = bigvgan.BigVGANConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {folder / 'config.json'} ({error})") from None
-    checkpoint = folder / "bigvgan_generator.pt"
-    try:
-        state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
-    except Exception as error:  # a damaged or foreign file, said in one line
-        raise CheckpointError(f"{checkpoint} is not a readable checkpoint ({' '.join(str(error).split())[:160]})") \
-            from None
-    return bigvgan.load_bigvgan(state, config, device=device, source=str(checkpoint))
-
-
 def _load_hift(checkpoint: Path, device) -> hift.HiFTGenerator:
     """hift.pt with seed-vc's configs/hifigan.yml (HiFTConfig's defaults), or a hifigan.yml beside it."""
     import yaml
@@ -179,7 +164,12 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
         raise InputError("Seed-VC loads in float32 (upstream's float16 is its precision option: "
                          "engines.seedvc.load_options.precision); choose dtype float32")
     if path is None:
-        raise InputError("Seed-VC needs a model: the folder of Plachta/Seed-VC's v1 files")
+        raise InputError("Seed-VC needs a model: the folder of Plachta/Seed-VC's v1 files, or its v2/cfm_small.pth")
+    v2 = assets.v2_folder(Path(path))
+    if v2 is not None:
+        from . import loaded_v2
+
+        return _compiled(loaded_v2.load(v2, device, options), options)
     preset_path = assets.dit_files(Path(path))[1]
     preset = _preset(preset_path)
     params = preset["model_params"]
@@ -194,7 +184,8 @@ def load(path: Path | None, device: torch.device, dtype: torch.dtype, options: R
     else:
         content = load_encoder(files.content, device, torch.float16 if float16 else torch.float32)
     speaker = campplus.load_campplus(files.campplus, config=None, device=device)
-    vocoder = _load_hift(files.vocoder, device) if vocoder_type == "hifigan" else _load_vocoder(files.vocoder, device)
+    vocoder = (_load_hift(files.vocoder, device) if vocoder_type == "hifigan"
+               else bigvgan.load_folder(files.vocoder, device))
     # upstream's RMVPE(is_half=False): float32 whatever the precision
     pitch = rmvpe.load_rmvpe_file(files.rmvpe, config=None, device=device) if f0 else None
     modules = nn.ModuleList([s2mel, content, speaker, vocoder] + ([pitch] if pitch is not None else []))
@@ -231,7 +222,32 @@ def _pitch(state: SeedVCLoaded, values: dict) -> Pitch | None:
     return Pitch(state.rmvpe, bool(values.get("auto_f0_adjust", True)), int(values.get("pitch_shift", 0)))
 
 
+# the parameters only one generation reads, at their defaults where the other runs
+V2_ONLY = {"intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7}
+V1_ONLY = {"inference_cfg_rate": 0.7, "pitch_shift": 0}
+
+
+def _refuse_foreign(values: dict, foreign: dict, model: str, instead: str) -> None:
+    for name, default in foreign.items():
+        if values.get(name, default) != default:
+            raise InputError(f"{name} does not apply to Seed-VC {model} models ({instead}); set it to {default}")
+
+
+def _run_v2(state, source, reference, ctx: RequestContext, values: dict, trace: dict | None):
+    from .convert_v2 import convert as convert_v2
+
+    _refuse_foreign(values, V1_ONLY, "v2", "v2 guides with intelligibility_cfg_rate and similarity_cfg_rate")
+    if values["length_adjust"] != 1.0:
+        raise InputError("length_adjust does not apply to Seed-VC v2's timbre conversion (upstream's keeps the "
+                         "source's length; only its style converter, not ported yet, reads it); set it to 1.0")
+    return convert_v2(state, source, reference, ctx, values["diffusion_steps"],
+                      (values["intelligibility_cfg_rate"], values["similarity_cfg_rate"]), trace)
+
+
 def _run(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict, trace: dict | None):
+    if not isinstance(state, SeedVCLoaded):
+        return _run_v2(state, source, reference, ctx, values, trace)
+    _refuse_foreign(values, V2_ONLY, "v1", "v1 guides with inference_cfg_rate")
     return run_conversion(state, source, reference, ctx, values["diffusion_steps"], values["length_adjust"],
                           values["inference_cfg_rate"], trace, pitch=_pitch(state, values))
 

@@ -36,7 +36,7 @@ MAX_CHUNK_SECONDS = 30  # one content-encoder window: upstream's streaming never
 
 
 def check_streamable(model) -> None:
-    if not isinstance(model.content, XLSRContent):
+    if not isinstance(getattr(model, "content", None), XLSRContent):  # (v2 models have no such encoder)
         raise InputError("streaming conversion is for Seed-VC's real-time model (hf:Plachta/Seed-VC#realtime); "
                          "load it, or convert this model's audio whole")
 

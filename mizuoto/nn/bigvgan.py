@@ -357,3 +357,22 @@ def _is_conv_weight(model: BigVGAN, key: str) -> bool:
 
 __all__ = ["AMPBlock1", "AMPBlock2", "BigVGAN", "BigVGANConfig", "Snake", "SnakeBeta", "checkpoint_layout",
            "load_bigvgan"]
+
+
+def load_folder(folder, device="cpu") -> BigVGAN:
+    """A BigVGAN release folder as nvidia publishes it (config.json and bigvgan_generator.pt)."""
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    try:
+        config = BigVGANConfig.from_dict(json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"cannot read {folder / 'config.json'} ({error})") from None
+    checkpoint = folder / "bigvgan_generator.pt"
+    try:
+        state = torch.load(str(checkpoint), map_location="cpu", weights_only=True)
+    except Exception as error:  # a damaged or foreign file, said in one line
+        raise CheckpointError(f"{checkpoint} is not a readable checkpoint ({' '.join(str(error).split())[:160]})") \
+            from None
+    return load_bigvgan(state, config, device=device, source=str(checkpoint))

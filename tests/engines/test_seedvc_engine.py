@@ -60,12 +60,13 @@ def diff(ours: torch.Tensor, entry: dict, refs: dict):
     return worst if worst != 0.0 else "differs outside the stored sample"
 
 
-def conversion_diffs(folder: Path, rate: int, optional=(), special=None) -> dict:
+def conversion_diffs(folder: Path, rate: int, optional=(), special=None, params=None, cases=None) -> dict:
     """Every comparison of a Seed-VC set (this one, seedvc_realtime, seedvc_svc): per case, '<case>/output' (the
     host's convert() at `rate`), '<case>/trace_wave' (the traced conversion gives the same waveform) and
     '<case>/trace/<name>' for each stored intermediate -> diff(). Names in `optional` are compared only where the
     trace has them; `special` maps a name to (label, compare(ours, entry, refs)), reported as
-    '<case>/<label>/<name>'."""
+    '<case>/<label>/<name>'. `params(case)` gives a case's convert() parameters (default: its "params"); `cases`
+    limits the cases compared (default: all)."""
     from safetensors.numpy import load_file
 
     from mizuoto.audio import files
@@ -75,23 +76,27 @@ def conversion_diffs(folder: Path, rate: int, optional=(), special=None) -> dict
 
     special = special or {}
     refs = load_file(str(folder / "references.safetensors"))
-    cases = json.loads((folder / "references.json").read_text())["cases"]
+    stored = json.loads((folder / "references.json").read_text())["cases"]
+    params = params or (lambda case: case["params"])
     models, out = {}, {}
-    for name, case in cases.items():
+    for name, case in stored.items():
+        if cases is not None and name not in cases:
+            continue
         precision = case["precision"]
         if precision not in models:
             models[precision] = load_model("seedvc", str(folder / "model"), device="cpu", dtype="float32",
                                            overrides={"engines.seedvc.load_options.precision": precision})
         loaded = models[precision]
         source, reference = files.read(folder / case["source"]), files.read(folder / case["reference"])
-        speech = convert(loaded, source, reference, seed=case["seed"], params=case["params"])
+        speech = convert(loaded, source, reference, seed=case["seed"], params=params(case))
         wave = speech.waveform
         if speech.sample_rate != rate or wave.dim() != 2 or wave.shape[0] != 1:
             out[f"{name}/output"] = f"rate {speech.sample_rate}, shape {list(wave.shape)}: want {rate}, (1, samples)"
         else:
             out[f"{name}/output"] = diff(wave[0], case["tensors"]["output"], refs)
+        values = loaded.spec.check_speak_params(params(case))
         traced_wave, traced_rate, trace = engine.convert_with_trace(loaded.state, source, reference,
-                                                                    RequestContext(case["seed"]), dict(case["params"]))
+                                                                    RequestContext(case["seed"]), values)
         out[f"{name}/trace_wave"] = 0.0 if traced_rate == rate and torch.equal(traced_wave, wave) else "differs"
         for key, entry in case["tensors"].items():
             if key == "output" or (key in optional and key not in trace):

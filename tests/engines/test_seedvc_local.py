@@ -43,7 +43,8 @@ def test_a_conversion_is_the_sources_length_at_22050_and_the_seed_decides_it(tin
     assert first.sample_rate == 22050 and first.waveform.shape == (1, frames * 256)
     assert torch.equal(first.waveform, again.waveform) and not torch.equal(first.waveform, other.waveform)
     assert first.report["convert"] == {"diffusion_steps": 2, "length_adjust": 1.0, "inference_cfg_rate": 0.7,
-                                       "auto_f0_adjust": True, "pitch_shift": 0}  # (the F0 two unused here)
+                                       "auto_f0_adjust": True, "pitch_shift": 0,  # (the F0 two unused here)
+                                       "intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7}  # (v2's)
     shorter = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 1, "length_adjust": 0.5})
     assert shorter.waveform.shape[-1] == int(frames * 0.5) * 256
 
@@ -110,12 +111,19 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
 
     data = Path(__file__).resolve().parents[1] / "parity" / "data"
     realtime, singing = data / "seedvc_realtime" / "model", data / "seedvc_svc" / "model"
+    v2 = data / "seedvc_v2" / "model"
+    hubert = tmp_path / "hubert"  # the released HuBERT repo holds pytorch_model.bin too
+    shutil.copytree(v2 / "hubert-large-ll60k", hubert)
     xlsr = tmp_path / "xlsr"  # the released XLS-R repo holds pytorch_model.bin
     shutil.copytree(realtime / "wav2vec2-xls-r-300m", xlsr)
     from safetensors.torch import load_file
 
     torch.save(load_file(str(xlsr / "model.safetensors")), xlsr / "pytorch_model.bin")
-    sources = {"Plachta/Seed-VC": (tiny, realtime, singing), "openai/whisper-small": (tiny / "whisper-small",),
+    torch.save(load_file(str(hubert / "model.safetensors")), hubert / "pytorch_model.bin")
+    (hubert / "model.safetensors").unlink()
+    sources = {"Plachta/Seed-VC": (tiny, realtime, singing, v2),
+               "Plachta/ASTRAL-quantization": (v2 / "ASTRAL-quantization",), "facebook/hubert-large-ll60k": (hubert,),
+               "openai/whisper-small": (tiny / "whisper-small",),
                "nvidia/bigvgan_v2_22khz_80band_256x": (tiny / "bigvgan_v2_22khz_80band_256x",),
                "nvidia/bigvgan_v2_44khz_128band_512x": (singing / "bigvgan_v2_44khz_128band_512x",),
                "funasr/campplus": (tiny,), "facebook/wav2vec2-xls-r-300m": (xlsr,),
@@ -127,6 +135,7 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
         calls.append((repo_id, tuple(allow_patterns or ())))
         for name in allow_patterns:
             source = next(folder / name for folder in sources[repo_id] if (folder / name).is_file())
+            (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, Path(local_dir) / name)
 
     hub = types.ModuleType("huggingface_hub")
@@ -136,7 +145,7 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
     base = str(tmp_path / "tts")
     offered = catalog.downloadable(spec, base)
     assert [e["choice"] for e in offered] == ["hf:Plachta/Seed-VC", "hf:Plachta/Seed-VC#realtime",
-                                              "hf:Plachta/Seed-VC#singing"]
+                                              "hf:Plachta/Seed-VC#singing", "hf:Plachta/Seed-VC#v2"]
     assert not any(e["downloaded"] for e in offered)
     path = catalog.resolve(spec, "hf:Plachta/Seed-VC", base)
     folder = tmp_path / "tts" / "seedvc" / "Plachta--Seed-VC"
@@ -169,15 +178,26 @@ def test_a_download_fetches_the_model_and_its_assets_with_only_the_files_it_read
     # (and its Whisper is the tiny offline one, which the singing set shares in size)
     loaded = load_model("seedvc", path, device="cpu")
     assert loaded.state.mel.sample_rate == 44100 and loaded.state.rmvpe is not None
+
+    del calls[:]
+    path = catalog.resolve(spec, "hf:Plachta/Seed-VC#v2", base)
+    assert path == str(folder / "v2" / "cfm_small.pth")
+    assert [repo for repo, _ in calls] == ["Plachta/Seed-VC", "Plachta/ASTRAL-quantization",
+                                           "facebook/hubert-large-ll60k"]
+    shutil.copy(v2 / "campplus_cn_common.bin", folder / "campplus_cn_common.bin")  # the v2 set's own tiny CAM++
+    shutil.copy(v2 / "v2" / "vc_wrapper.yaml", folder / "v2")  # (the tiny sizes: the repo has no yaml)
+    assert type(load_model("seedvc", path, device="cpu").state).__name__ == "SeedVCV2Loaded"
     assert all(e["downloaded"] for e in catalog.downloadable(spec, base))
 
     del calls[:]
-    for choice in ("hf:Plachta/Seed-VC", "hf:Plachta/Seed-VC#realtime", "hf:Plachta/Seed-VC#singing"):
+    for choice in ("hf:Plachta/Seed-VC", "hf:Plachta/Seed-VC#realtime", "hf:Plachta/Seed-VC#singing",
+                   "hf:Plachta/Seed-VC#v2"):
         catalog.resolve(spec, choice, base)
     assert calls == []  # complete downloads are not fetched again
     assert (folder / download.COMPLETE).is_file() and (folder / f"{download.COMPLETE}-singing").is_file()
     with pytest.raises(InputError, match=re.escape("offers no model 'hf:Plachta/Seed-VC#v3'; pick one of "
-                                                   "hf:Plachta/Seed-VC#realtime, hf:Plachta/Seed-VC#singing")):
+                                                   "hf:Plachta/Seed-VC#realtime, hf:Plachta/Seed-VC#singing, "
+                                                   "hf:Plachta/Seed-VC#v2")):
         catalog.resolve(spec, "hf:Plachta/Seed-VC#v3", base)
 
 
@@ -206,6 +226,15 @@ def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
     shutil.copy(two / "a.pth", two / "b.pth")
     with pytest.raises(CheckpointError, match="it has 2 .pth files: point at one"):
         load_model("seedvc", str(two), device="cpu")
+
+
+@pytest.mark.parametrize("name,value", [("intelligibility_cfg_rate", 0.0), ("similarity_cfg_rate", 0.3)])
+def test_v2_parameters_on_a_v1_model_are_refused_in_one_line(tiny, name, value):
+    loaded = load_model("seedvc", str(tiny), device="cpu")
+    wave = (torch.sin(torch.arange(22050) / 10.0)[None] * 0.3, 22050)
+    with pytest.raises(InputError, match=f"^{name} does not apply to Seed-VC v1 models") as error:
+        convert(loaded, wave, wave, seed=1, params={"diffusion_steps": 1, name: value})
+    assert "\n" not in str(error.value)
 
 
 def test_the_trace_names_every_stage(tiny):
