@@ -74,12 +74,14 @@ def _convert(model, source, reference, ctx, steps, cfg_rates, trace) -> torch.Te
     record("style", speaker)
     record("prompt_condition", prompt_condition)
 
-    chunks = _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, speaker, record)
+    chunks = _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, record)
+    # upstream's autocast(float32) around the CFM: float32 arithmetic, the style cast up (see the docstring)
+    voice = speaker.float()
     generator = ctx.generator_for(device)
     overlap_samples = OVERLAP_FRAMES * settings.hop_length
     pieces, previous, index = [], None, 0
-    for index, (condition, voice, last, precision) in enumerate(chunks):
-        with ctx.step(), precision:
+    for index, (condition, last) in enumerate(chunks):
+        with ctx.step(), _float32(model):
             lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
             mel = model.flow()((condition, lengths, mel_ref, voice), generator, steps=steps, cfg_rates=cfg_rates,
                                random_voice=False)[:, :, ref_frames:]
@@ -88,12 +90,9 @@ def _convert(model, source, reference, ctx, steps, cfg_rates, trace) -> torch.Te
         record(f"vc_mel/{index}", mel)
         record(f"vc_wave/{index}", wave[0])
         wave = wave.float().cpu()
-        if previous is None:
-            piece = wave[0] if last else wave[0, :-overlap_samples]
-            pieces.append(piece.numpy())
-        else:  # in place, as upstream's (on the CPU its .numpy() shares the chunk's memory too)
-            piece = wave[0] if last else wave[0, :-overlap_samples]
-            pieces.append(crossfade(previous.numpy(), piece.numpy(), overlap_samples))
+        piece = (wave[0] if last else wave[0, :-overlap_samples]).numpy()
+        # the cross-fade writes in place, as upstream's (on the CPU its .numpy() shares the chunk's memory too)
+        pieces.append(piece if previous is None else crossfade(previous.numpy(), piece, overlap_samples))
         if last:
             break
         previous = wave[0, -overlap_samples:]
@@ -102,20 +101,19 @@ def _convert(model, source, reference, ctx, steps, cfg_rates, trace) -> torch.Te
     return output
 
 
-def _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, speaker, record):
-    """The timbre path's CFM inputs: ([prompt_condition, window], the style, is the last, the precision), windows
-    of the source's condition overlapping by 16 frames."""
+def _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, record):
+    """The timbre path's CFM inputs in float32: ([prompt_condition, window], is it the last), windows of the
+    source's condition overlapping by 16 frames."""
     # outside autocast, as upstream's (its prompt_condition was made under it)
     cond = model.cfm_regulator(source_wide, torch.tensor([source_frames], device=model.device))
     record("cond/0", cond)
     window = model.mel.sample_rate // model.mel.hop_length * CONTEXT_SECONDS - ref_frames
-    prompt, voice = prompt_condition.float(), speaker.float()
+    prompt = prompt_condition.float()
     done = 0
     while done < cond.size(1):
         chunk = cond[:, done:done + window].float()
         last = done + window >= cond.size(1)
-        # upstream's autocast(float32): float32 arithmetic on the condition and style cast up (see the docstring)
-        yield torch.cat([prompt, chunk], dim=1), voice, last, _float32(model)
+        yield torch.cat([prompt, chunk], dim=1), last
         done += chunk.size(1) - OVERLAP_FRAMES
 
 
