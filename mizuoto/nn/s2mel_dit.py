@@ -183,12 +183,12 @@ class AdaptiveNorm(nn.Module):
         return scale * self.norm(x) + shift
 
 
-def rope_table(head_dim: int, positions: int = ROPE_POSITIONS) -> torch.Tensor:
+def rope_table(head_dim: int, positions: int = ROPE_POSITIONS, base: float = ROPE_BASE) -> torch.Tensor:
     """(positions, head_dim / 2, 2) cos and sin of every position's angles, float32, on the CPU, by upstream's
     operations (`torch.polar` of unit magnitudes; an int base raised to float exponents). `angles.cos()` and
     `.sin()` are not the same bits: measured, they move the s2mel references by up to 3e-6."""
     exponents = torch.arange(0, head_dim, 2)[: head_dim // 2].float() / head_dim
-    inverse = 1.0 / (ROPE_BASE ** exponents)
+    inverse = 1.0 / (base ** exponents)
     angles = torch.outer(torch.arange(positions), inverse)
     rotations = torch.polar(torch.ones_like(angles), angles)
     return torch.stack([rotations.real, rotations.imag], dim=-1)

