@@ -274,8 +274,8 @@ class StyleAR(nn.Module):
                                  f"convert a shorter source or use a shorter reference")
             logits = step(token.view(1, 1), self.freqs_cis[steps[prompted + s: prompted + s + 1]],
                           StepContext.at(cache, steps[kv: kv + 1]))
-            token = choose(logits, first, suppress if len(tokens) < MIN_TOKENS else allow, sampling,
-                           graphs.generator if graphs is not None else generator)
+            # sampling runs eagerly after the replayed segments (they draw nothing): the request's generator
+            token = choose(logits, first, suppress if len(tokens) < MIN_TOKENS else allow, sampling, generator)
             if int(token) == config.eos:  # the step's one wait
                 break
             tokens.append(token)

@@ -9,12 +9,16 @@
     timbre (convert_style off): cond = CFM regulator(source's wide indices, the source's frames), in windows of
       (30 s of frames - the prompt's), 16 frames shared by neighbours, each [prompt_condition, window] through the
       CFM (cosine schedule, CFG rates [intelligibility, similarity]) in float32
-    style (convert_style on, not ported yet: the AR style converter is missing): the narrow indices through the
-      AR into new wide tokens, then the same CFM
+    style (convert_style on): HuBERT ─ ASTRAL narrow indices (source, reference), consecutive repeats dropped;
+      the source's in chunks of (1500 - the reference's) tokens, each [reference's, chunk] (anonymization: the chunk
+      alone) through the AR regulator and the AR (ar.py; its prompt the reference's wide indices, none for
+      anonymization) into wide tokens, stretched to the source's frame rate times length_adjust by the CFM
+      regulator, each [prompt_condition, chunk] through the CFM under the model's autocast
     each chunk's mel minus the prompt ─ BigVGAN ─ joined with the cos² cross-fade over 16 frames
 
 Precision: float16 (upstream's default dtype) runs the content, style and prompt regulator under float16 autocast,
-as upstream. Upstream runs the timbre path's CFM under
+as upstream, and the whole style path (the AR with float16 caches, the CFM). Upstream runs the timbre path's CFM
+under
 `autocast(dtype=float32)`: CUDA casts the float16 condition and style up there; the CPU turns autocast off for
 float32, and upstream fails on the float16 style. Here that CFM runs in float32 on every device, its inputs cast
 up (exact: float16 -> float32 loses nothing), which is CUDA's upstream arithmetic for the matmuls and convolutions.
@@ -23,26 +27,42 @@ up (exact: float16 -> float32 loses nothing), which is CUDA's upstream arithmeti
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from mizuoto.audio import librosa_soxr
+from mizuoto.core.errors import InputError
 from mizuoto.nn import campplus
 
+from .ar import Sampling
 from .astral import content_indices
 from .convert import CONTENT_RATE, CONTEXT_SECONDS, OVERLAP_FRAMES, REFERENCE_SECONDS, at_rate, crossfade
 
+AR_CONTENT_TOKENS = 1500  # upstream's ar_max_content_len: narrow tokens of [reference, chunk] per AR call
+
+
+@dataclass(frozen=True)
+class Style:
+    """convert_style's settings: the AR's sampling and the output's length relative to the source."""
+
+    sampling: Sampling = Sampling()
+    length_adjust: float = 1.0
+
 
 def convert(model, source: tuple[torch.Tensor, int], reference: tuple[torch.Tensor, int], ctx, steps: int,
-            cfg_rates: tuple[float, float], trace: dict | None = None) -> torch.Tensor:
-    """The converted waveform (1, samples) float32 on the CPU at 22.05 kHz (the timbre path). `model`:
-    loaded_v2.SeedVCV2Loaded; `cfg_rates`: (intelligibility, similarity)."""
+            cfg_rates: tuple[float, float], style: Style | None = None, anonymization: bool = False,
+            trace: dict | None = None) -> torch.Tensor:
+    """The converted waveform (1, samples) float32 on the CPU at 22.05 kHz. `model`: loaded_v2.SeedVCV2Loaded;
+    `cfg_rates`: (intelligibility, similarity); `style`: convert the style through the AR (None: timbre only);
+    `anonymization`: upstream's anonymization_only (a random voice instead of the reference's; with `style`, the
+    AR is not shown the reference either)."""
     with torch.inference_mode():  # as upstream's convert_voice_with_streaming_arrays
-        return _convert(model, source, reference, ctx, steps, cfg_rates, trace)
+        return _convert(model, source, reference, ctx, steps, cfg_rates, style, anonymization, trace)
 
 
-def _convert(model, source, reference, ctx, steps, cfg_rates, trace) -> torch.Tensor:
+def _convert(model, source, reference, ctx, steps, cfg_rates, style, anonymization, trace) -> torch.Tensor:
     settings = model.mel
     device = model.device
     sr = settings.sample_rate
@@ -74,17 +94,27 @@ def _convert(model, source, reference, ctx, steps, cfg_rates, trace) -> torch.Te
     record("style", speaker)
     record("prompt_condition", prompt_condition)
 
-    chunks = _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, record)
-    # upstream's autocast(float32) around the CFM: float32 arithmetic, the style cast up (see the docstring)
-    voice = speaker.float()
     generator = ctx.generator_for(device)
+    if style is None:
+        chunks = _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_condition, record)
+        # upstream's autocast(float32) around the CFM: float32 arithmetic, the style cast up (see the docstring)
+        voice, precision = speaker.float(), lambda: _float32(model)
+    else:
+        with ctx.step(), model.autocast():
+            source_narrow = content_indices(model.hubert, model.narrow, source_16k, cpu_generator)
+            ref_narrow = content_indices(model.hubert, model.narrow, ref_16k, cpu_generator)
+        record("narrow/source", source_narrow)
+        record("narrow/reference", ref_narrow)
+        chunks = _style_chunks(model, ctx, style, anonymization, source_narrow, ref_narrow, ref_wide,
+                               source_frames / source_wide.size(-1), prompt_condition, generator, record)
+        voice, precision = speaker, model.autocast  # upstream's CFM under autocast(dtype) here
     overlap_samples = OVERLAP_FRAMES * settings.hop_length
     pieces, previous, index = [], None, 0
     for index, (condition, last) in enumerate(chunks):
-        with ctx.step(), _float32(model):
+        with ctx.step(), precision():
             lengths = torch.tensor([condition.size(1)], dtype=torch.long, device=device)
             mel = model.flow()((condition, lengths, mel_ref, voice), generator, steps=steps, cfg_rates=cfg_rates,
-                               random_voice=False)[:, :, ref_frames:]
+                               random_voice=anonymization)[:, :, ref_frames:]
         with ctx.step():
             wave = model.vocode(mel)
         record(f"vc_mel/{index}", mel)
@@ -115,6 +145,39 @@ def _timbre_chunks(model, source_wide, source_frames, ref_frames, prompt_conditi
         last = done + window >= cond.size(1)
         yield torch.cat([prompt, chunk], dim=1), last
         done += chunk.size(1) - OVERLAP_FRAMES
+
+
+def reduce_durations(tokens: torch.Tensor) -> torch.Tensor:
+    """upstream's duration_reduction_func(tokens, 1): each run of a repeated token kept once (T,) -> (T',)."""
+    return torch.cat([tokens[:1], tokens[1:][tokens[1:] != tokens[:-1]]])
+
+
+def _style_chunks(model, ctx, style, anonymization, source_narrow, ref_narrow, ref_wide, frames_per_token,
+                  prompt_condition, generator, record):
+    """The style path's CFM inputs under the model's autocast: ([prompt_condition, the AR's tokens of a chunk
+    stretched to frames], is it the last), one per chunk of the source's reduced narrow tokens."""
+    device = model.device
+    source_reduced, ref_reduced = reduce_durations(source_narrow[0]), reduce_durations(ref_narrow[0])
+    chunk_size = AR_CONTENT_TOKENS - ref_reduced.shape[0]
+    if chunk_size < 1:
+        raise InputError(f"the reference's {ref_reduced.shape[0]} content tokens leave no room in the Seed-VC v2 "
+                         f"style converter's {AR_CONTENT_TOKENS}; use a shorter reference")
+    no_prompt = torch.zeros(1, 0, dtype=torch.long, device=device)
+    for index, start in enumerate(range(0, source_reduced.shape[0], chunk_size)):
+        last = start + chunk_size >= source_reduced.shape[0]
+        chunk = source_reduced[start:start + chunk_size]
+        with ctx.step(), model.autocast():
+            if anonymization:
+                cond = model.ar_regulator(chunk[None])
+            else:
+                cond = model.ar_regulator(torch.cat([ref_reduced, chunk])[None])
+            tokens = model.ar.generate(cond, no_prompt if anonymization else ref_wide, style.sampling, generator,
+                                       model.cache_dtype, model.ar_graphs(), before_step=ctx.raise_if_cancelled)
+            frames = int(frames_per_token * tokens.size(-1) * style.length_adjust)
+            condition = model.cfm_regulator(tokens, torch.tensor([frames], device=device))
+        record(f"ar/{index}", tokens)
+        record(f"cond/{index}", condition)
+        yield torch.cat([prompt_condition, condition], dim=1), last
 
 
 def _float32(model):

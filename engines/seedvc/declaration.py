@@ -42,7 +42,7 @@ ENGINE = EngineSpec(
     display_name="Seed-VC",
     description="Zero-shot voice conversion: the speech (or singing) of one recording in the voice of another "
                 "(Seed-VC v1: the offline and real-time models at 22.05 kHz, the singing model at 44.1 kHz with "
-                "F0; v2's timbre conversion), exact to seed-vc 0.4.3.",
+                "F0; v2's timbre and style conversion and anonymization), exact to seed-vc 0.4.3.",
     implementation="engine",
     # seed-vc 0.4.3 states no licence for its DiT weights (its code is GPL-3.0); the assets it loads are
     # openai/whisper-small (MIT), nvidia/bigvgan_v2 (MIT) and funasr/campplus (Apache-2.0 on its model card);
@@ -74,8 +74,8 @@ ENGINE = EngineSpec(
                 (Asset(ASTRAL_REPO, (ASTRAL_NARROW, ASTRAL_WIDE)),
                  Asset(HUBERT_REPO, ("config.json", "preprocessor_config.json", "pytorch_model.bin")),
                  Asset(V2_VOCODER_REPO, ("config.json", "bigvgan_generator.pt")), CAMPPLUS),
-                "v2: HuBERT + ASTRAL content, the v2 CFM DiT, 22.05 kHz (timbre conversion; its AR style "
-                "converter is not ported yet)"),
+                "v2: HuBERT + ASTRAL content, the v2 CFM DiT, 22.05 kHz; convert_style adds its AR style "
+                "converter (accent, pace, emotion)"),
     ),
     # upstream keeps the reference's first 25 s (convert_voice: ref_audio[:sr * 25]); a longer one is taken
     # and cut there, as upstream cuts it
@@ -92,16 +92,24 @@ ENGINE = EngineSpec(
     speak_params=(
         Param("diffusion_steps", int, 10, "diffusion steps (upstream suggests 4 to 10 for speed, 30 to 50 for "
               "quality; v2's own default is 30)", min=1, max=200, step=1),
-        Param("length_adjust", float, 1.0, "v1: output length relative to the source (below 1: faster speech)",
-              min=0.25, max=4.0, step=0.05),
+        Param("length_adjust", float, 1.0, "v1, and v2 with convert_style: output length relative to the source "
+              "(below 1: faster speech)", min=0.25, max=4.0, step=0.05),
         Param("inference_cfg_rate", float, 0.7, "v1: classifier-free guidance of the diffusion (0 turns it off)",
               min=0.0, max=5.0, step=0.05),
-        # v2 (upstream's convert_voice_with_streaming_arrays keywords and defaults; its AR style converter's
-        # convert_style, top_p, temperature, repetition_penalty and anonymization_only come with its port)
+        # v2 (upstream's convert_voice_with_streaming_arrays keywords and defaults)
         Param("intelligibility_cfg_rate", float, 0.7, "v2: guidance towards the source's content", min=0.0, max=5.0,
               step=0.05),
         Param("similarity_cfg_rate", float, 0.7, "v2: guidance towards the reference voice", min=0.0, max=5.0,
               step=0.05),
+        Param("convert_style", bool, False, "v2: convert the speaking style too (accent, pace, emotion: the AR "
+              "style converter rewrites the content in the reference's manner); off: the voice's timbre only"),
+        Param("anonymization_only", bool, False, "v2: a random voice instead of the reference's (with "
+              "convert_style, the style converter does not hear the reference either)"),
+        Param("top_p", float, 0.9, "v2 style converter: nucleus sampling (1: the whole distribution)", min=0.01,
+              max=1.0, step=0.01),
+        Param("temperature", float, 1.0, "v2 style converter: sampling temperature", min=0.01, max=5.0, step=0.05),
+        Param("repetition_penalty", float, 1.0, "v2 style converter: repetition penalty (upstream's applies to the "
+              "first generated token only)", min=0.1, max=5.0, step=0.05),
         # the singing model's F0 (upstream's convert_voice(f0_condition=True) arguments and defaults)
         Param("auto_f0_adjust", bool, True, "singing model: move the source's pitch to the reference voice's "
               "register (its median)"),

@@ -223,8 +223,11 @@ def _pitch(state: SeedVCLoaded, values: dict) -> Pitch | None:
 
 
 # the parameters only one generation reads, at their defaults where the other runs
-V2_ONLY = {"intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7}
+V2_ONLY = {"intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7, "convert_style": False,
+           "anonymization_only": False, "top_p": 0.9, "temperature": 1.0, "repetition_penalty": 1.0}
 V1_ONLY = {"inference_cfg_rate": 0.7, "pitch_shift": 0}
+# what v2 reads only with convert_style (upstream's timbre path keeps the source's length and samples nothing)
+STYLE_ONLY = {"length_adjust": 1.0, "top_p": 0.9, "temperature": 1.0, "repetition_penalty": 1.0}
 
 
 def _refuse_foreign(values: dict, foreign: dict, model: str, instead: str) -> None:
@@ -234,14 +237,23 @@ def _refuse_foreign(values: dict, foreign: dict, model: str, instead: str) -> No
 
 
 def _run_v2(state, source, reference, ctx: RequestContext, values: dict, trace: dict | None):
+    from .ar import Sampling
+    from .convert_v2 import Style
     from .convert_v2 import convert as convert_v2
 
     _refuse_foreign(values, V1_ONLY, "v2", "v2 guides with intelligibility_cfg_rate and similarity_cfg_rate")
-    if values["length_adjust"] != 1.0:
-        raise InputError("length_adjust does not apply to Seed-VC v2's timbre conversion (upstream's keeps the "
-                         "source's length; only its style converter, not ported yet, reads it); set it to 1.0")
+    style = None
+    if values["convert_style"]:
+        style = Style(Sampling(values["top_p"], values["temperature"], values["repetition_penalty"]),
+                      values["length_adjust"])
+    else:
+        for name, default in STYLE_ONLY.items():
+            if values[name] != default:
+                raise InputError(f"{name} steers Seed-VC v2's style converter, which is off: turn convert_style on, "
+                                 f"or set {name} to {default}")
     return convert_v2(state, source, reference, ctx, values["diffusion_steps"],
-                      (values["intelligibility_cfg_rate"], values["similarity_cfg_rate"]), trace)
+                      (values["intelligibility_cfg_rate"], values["similarity_cfg_rate"]), style,
+                      values["anonymization_only"], trace)
 
 
 def _run(state: SeedVCLoaded, source, reference, ctx: RequestContext, values: dict, trace: dict | None):

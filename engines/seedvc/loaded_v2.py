@@ -6,9 +6,6 @@ app_vc_v2.py build it from configs/v2/vc_wrapper.yaml and `load_checkpoints`):
     CAM++ style · the CFM regulator and DiT (cosine schedule, two CFG rates) · the AR regulator and Llama AR
     · BigVGAN 22 kHz
 
-The AR style converter (convert_style) is not ported yet: its checkpoint is read and checked, its regulator
-loaded, and a conversion that asks for it is refused (engine._run_v2).
-
 The sizes are the released yaml's (RELEASED below); a `v2/vc_wrapper.yaml` beside the checkpoints overrides them.
 Each checkpoint is read as `load_checkpoints` reads it: `net.cfm` / `net.length_regulator` of cfm_small.pth, `net.ar`
 / `net.length_regulator` of ar_base.pth, the `module.` prefix stripped; the ASTRAL files are plain state dicts.
@@ -31,6 +28,7 @@ from mizuoto.runtime.graphs import GraphedCall
 from mizuoto.runtime.handles import ModelHandle
 
 from . import assets
+from .ar import ARConfig, StyleAR, load_ar
 from .astral import AstralConfig, AstralQuantizer, load_hubert, load_quantizer
 from .cfm_v2 import CFMV2, load_cfm
 from .convert import MelSettings, autocast_for
@@ -70,7 +68,8 @@ SECTIONS = ("cfm", "cfm_length_regulator", "ar", "ar_length_regulator", "content
 class SeedVCV2Loaded:
     cfm: CFMV2
     cfm_regulator: RegulatorV2  # wide indices -> the CFM's condition at the mel's frame rate
-    ar_regulator: RegulatorV2  # narrow indices -> the AR's condition (the AR itself is not ported yet)
+    ar_regulator: RegulatorV2  # narrow indices -> the AR's condition
+    ar: StyleAR  # the style converter: narrow content -> wide tokens in the reference's manner
     hubert: nn.Module
     wide: AstralQuantizer
     narrow: AstralQuantizer
@@ -97,6 +96,15 @@ class SeedVCV2Loaded:
             self._flow = GraphedCall(lambda mu, lengths, prompt, style, generator, **options:
                                      cfm.inference(mu, lengths, prompt, style, generator=generator, **options), graphs)
         return self._flow
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        """The AR's KV cache dtype: upstream's setup_ar_caches(dtype) with its conversion dtype."""
+        return torch.float16 if self.float16 else torch.float32
+
+    def ar_graphs(self):
+        """The CUDA graphs the AR's step segments replay in (None: eager), kept with the weights."""
+        return self.handle.graphs_for(self.options.cuda_graphs)
 
     def autocast(self):
         """upstream's `torch.autocast(device_type, dtype)` around its content and style."""
@@ -157,12 +165,13 @@ def load(folder: Path, device: torch.device, options: RuntimeOptions) -> SeedVCV
     where = str(files.config or "the released vc_wrapper.yaml")
     float16 = options.load_options.get("precision", "float16") == "float16"
     cfm_state, cfm_regulator_state = _nets(files.cfm, ("cfm", "length_regulator"))
-    _, ar_regulator_state = _nets(files.ar, ("ar", "length_regulator"))  # (net.ar: the AR, not ported yet)
+    ar_state, ar_regulator_state = _nets(files.ar, ("ar", "length_regulator"))
     cfm = load_cfm(cfm_state, DiTV2Config.from_section(config["cfm"]["estimator"]), device)
     cfm_regulator = load_regulator(cfm_regulator_state, RegulatorV2Config.from_section(config["cfm_length_regulator"]),
                                    device)
     ar_regulator = load_regulator(ar_regulator_state, RegulatorV2Config.from_section(config["ar_length_regulator"]),
                                   device)
+    ar = load_ar(ar_state, ARConfig.from_section(config["ar"]), device)
     wide_config = AstralConfig.from_section(config["content_extractor_wide"])
     wide = load_quantizer(files.wide, wide_config, device)
     narrow = load_quantizer(files.narrow, AstralConfig.from_section(config["content_extractor_narrow"]), device)
@@ -170,6 +179,6 @@ def load(folder: Path, device: torch.device, options: RuntimeOptions) -> SeedVCV
     hubert = load_hubert(files.hubert, device, layers=wide_config.ssl_output_layer)
     speaker = campplus.load_campplus(files.campplus, config=None, device=device)
     vocoder = bigvgan.load_folder(files.vocoder, device)
-    modules = nn.ModuleList([cfm, cfm_regulator, ar_regulator, hubert, wide, narrow, speaker, vocoder])
-    return SeedVCV2Loaded(cfm, cfm_regulator, ar_regulator, hubert, wide, narrow, speaker, vocoder,
+    modules = nn.ModuleList([cfm, cfm_regulator, ar_regulator, ar, hubert, wide, narrow, speaker, vocoder])
+    return SeedVCV2Loaded(cfm, cfm_regulator, ar_regulator, ar, hubert, wide, narrow, speaker, vocoder,
                           _mel_settings(config, where), float16, str(files.cfm), ModelHandle(modules, device), options)

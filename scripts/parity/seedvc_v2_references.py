@@ -9,7 +9,7 @@ Usage, in upstream's venv (scripts/parity/seedvc_upstream_env.sh):
 
 Writes
 - OUTDIR/model/: a tiny random v2 model in the released files' layout (scripts/parity/seedvc_v2_models.py);
-- OUTDIR/audio/*.wav: seedvc_references' synthetic recordings;
+- OUTDIR/audio/*.wav: seedvc_references' synthetic recordings (and a 50 s one of its kind);
 - OUTDIR/references.safetensors and OUTDIR/references.json: per case, upstream's output waveform and the
   intermediates of its run, with the case's files, options, seed and precision.
 
@@ -57,7 +57,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "tests/parity/data/seedvc_v2"
 MODEL_SEED = 2000
 
-AUDIO = {name: v1.AUDIO[name] for name in ("source_2s_22050", "reference_3s_16000", "long_30.5s_8000")}
+AUDIO = {**{name: v1.AUDIO[name] for name in ("source_2s_22050", "reference_3s_16000", "long_30.5s_8000")},
+         # long enough that its narrow content, duplicates dropped, takes two of the AR's 1500-token windows
+         "long_50s_8000": (8000, 50.0, 15, 190.0)}
 
 # name: source, reference, precision, seed, options (convert_voice_with_streaming_arrays' keywords)
 CASES = {
@@ -77,6 +79,10 @@ CASES = {
                               {"diffusion_steps": 3, "convert_style": True, "anonymization_only": True}),
     "style_float16": ("source_2s_22050", "reference_3s_16000", "float16", 204,
                       {"diffusion_steps": 4, "convert_style": True}),
+    "style_long_source_float32": ("long_50s_8000", "reference_3s_16000", "float32", 207,
+                                  {"diffusion_steps": 2, "convert_style": True, "temperature": 0.8}),
+    "timbre_anonymization_float32": ("source_2s_22050", "reference_3s_16000", "float32", 208,
+                                     {"diffusion_steps": 3, "anonymization_only": True}),
 }
 
 

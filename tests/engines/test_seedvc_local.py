@@ -44,7 +44,10 @@ def test_a_conversion_is_the_sources_length_at_22050_and_the_seed_decides_it(tin
     assert torch.equal(first.waveform, again.waveform) and not torch.equal(first.waveform, other.waveform)
     assert first.report["convert"] == {"diffusion_steps": 2, "length_adjust": 1.0, "inference_cfg_rate": 0.7,
                                        "auto_f0_adjust": True, "pitch_shift": 0,  # (the F0 two unused here)
-                                       "intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7}  # (v2's)
+                                       # (v2's)
+                                       "intelligibility_cfg_rate": 0.7, "similarity_cfg_rate": 0.7,
+                                       "convert_style": False, "anonymization_only": False, "top_p": 0.9,
+                                       "temperature": 1.0, "repetition_penalty": 1.0}
     shorter = convert(loaded, source, reference, seed=3, params={"diffusion_steps": 1, "length_adjust": 0.5})
     assert shorter.waveform.shape[-1] == int(frames * 0.5) * 256
 
@@ -228,7 +231,9 @@ def test_what_it_does_not_convert_yet_is_one_line(tiny, tmp_path):
         load_model("seedvc", str(two), device="cpu")
 
 
-@pytest.mark.parametrize("name,value", [("intelligibility_cfg_rate", 0.0), ("similarity_cfg_rate", 0.3)])
+@pytest.mark.parametrize("name,value", [("intelligibility_cfg_rate", 0.0), ("similarity_cfg_rate", 0.3),
+                                        ("convert_style", True), ("anonymization_only", True), ("top_p", 0.5),
+                                        ("temperature", 0.8), ("repetition_penalty", 1.5)])
 def test_v2_parameters_on_a_v1_model_are_refused_in_one_line(tiny, name, value):
     loaded = load_model("seedvc", str(tiny), device="cpu")
     wave = (torch.sin(torch.arange(22050) / 10.0)[None] * 0.3, 22050)

@@ -1,19 +1,19 @@
-"""Seed-VC v2 end to end, against upstream's own conversions (the timbre path: the AR style converter is not ported
-yet: the set's style cases wait for it).
+"""Seed-VC v2 end to end, against upstream's own conversions (the timbre path and the AR style path).
 
 Against tests/parity/data/seedvc_v2 (scripts/parity/seedvc_v2_references.py: seed-vc 0.4.3's
 `VoiceConversionWrapper.convert_voice_with_streaming_arrays(..., stream_output=False)` on a tiny random v2 model
 stored in the released files' layout under model/), compared bitwise in a pinned subprocess that loads model/ with
 `load_model("seedvc", ...)` in each precision and, per case (the timbre path with both CFG rates, one rate, a
-30.5 s source through HuBERT's chunked path and two CFM windows; the style path with upstream's sampling defaults,
-with top-p / temperature / repetition penalty / length_adjust, anonymization; the style path in float16):
+30.5 s source through HuBERT's chunked path and two CFM windows, anonymization's random voice; the style path with
+upstream's sampling defaults, with top-p / temperature / repetition penalty / length_adjust, anonymization, in
+float16, and a 50 s source whose content takes two AR windows):
 - runs the host's `convert()` on the case's files with its seed and parameters, and compares the waveform;
 - runs `engine.convert_with_trace` and compares every intermediate upstream recorded under the same name (the
   waves, the wide and narrow content indices, style, prompt_condition, cond/i, the AR's tokens ar/i, vc_mel/i,
   vc_wave/i), so a failure says where.
 
-In process: the set holds what this test compares (and the style cases for the AR's port); parameters v2 does not
-read are refused in one line; a v2 folder and its checkpoint load as v2; streaming is refused.
+In process: the set holds what this test compares; parameters v2 does not read (or reads only with convert_style)
+are refused in one line; a v2 folder and its checkpoint load as v2; streaming is refused.
 """
 
 import functools
@@ -29,8 +29,10 @@ if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is n
 from helpers import reference_dir, run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "seedvc_v2"
-CASES = ("timbre_float32", "timbre_one_rate_float32", "timbre_long_source_float32")  # compared
-STYLE_CASES = ("style_float32", "style_sampling_float32", "anonymization_float32", "style_float16")  # in the set
+TIMBRE_CASES = ("timbre_float32", "timbre_one_rate_float32", "timbre_long_source_float32")
+STYLE_CASES = ("style_float32", "style_sampling_float32", "anonymization_float32", "style_float16",
+               "style_long_source_float32")
+CASES = TIMBRE_CASES + STYLE_CASES + ("timbre_anonymization_float32",)
 # upstream's keyword -> our parameter (upstream spells it "intelligebility")
 PARAMS = {"intelligebility_cfg_rate": "intelligibility_cfg_rate"}
 
@@ -49,8 +51,11 @@ def token_diff(ours: torch.Tensor, entry: dict, refs: dict):
 def reference_diffs(folder: Path) -> dict:
     from test_seedvc_engine import conversion_diffs
 
-    tokens = {name: ("trace", token_diff) for name in ("wide/source", "wide/reference")}
-    return conversion_diffs(folder, 22050, special=tokens, params=params, cases=CASES)
+    stored = json.loads((folder / "references.json").read_text())["cases"]
+    ids = {key for case in stored.values() for key, entry in case["tensors"].items() if "tokens" in entry}
+    assert {"wide/source", "narrow/source", "ar/0"} <= ids, sorted(ids)  # content indices and the AR's tokens
+    return conversion_diffs(folder, 22050, special={name: ("trace", token_diff) for name in ids}, params=params,
+                            cases=CASES)
 
 
 @functools.cache
@@ -81,7 +86,7 @@ def test_every_intermediate_and_token_is_upstreams_bit_for_bit():
 
 def test_the_set_holds_the_cases_this_test_compares():
     cases = json.loads((REFERENCES / "references.json").read_text())["cases"]
-    assert tuple(cases) == CASES + STYLE_CASES
+    assert tuple(cases) == CASES
     for name, case in cases.items():
         assert (REFERENCES / case["source"]).is_file() and (REFERENCES / case["reference"]).is_file(), name
         keys = set(case["tensors"])
@@ -90,6 +95,8 @@ def test_the_set_holds_the_cases_this_test_compares():
         style = case["options"].get("convert_style", False)
         assert style == ({"ar/0", "narrow/source", "narrow/reference"} <= keys), name
     assert cases["timbre_long_source_float32"]["chunks"] == 2
+    assert cases["style_long_source_float32"]["chunks"] == 2  # two AR windows, each its own CFM chunk
+    assert {"ar/1", "cond/1"} <= set(cases["style_long_source_float32"]["tensors"])
     assert cases["timbre_long_source_float32"]["tensors"]["source_16k"]["shape"][-1] > 16000 * 30
 
 
@@ -110,7 +117,8 @@ def test_the_v2_folder_and_its_checkpoint_load_as_v2(loaded):
     assert isinstance(by_file.state, SeedVCV2Loaded) and by_file.state.float16
 
 
-@pytest.mark.parametrize("given", [{"inference_cfg_rate": 0.5}, {"pitch_shift": 2}, {"length_adjust": 0.8}])
+@pytest.mark.parametrize("given", [{"inference_cfg_rate": 0.5}, {"pitch_shift": 2}, {"length_adjust": 0.8},
+                                   {"top_p": 0.5}, {"temperature": 0.7}, {"repetition_penalty": 1.2}])
 def test_parameters_v2_does_not_read_are_refused_in_one_line(loaded, given):
     from mizuoto.core.errors import InputError
     from mizuoto.host import convert
