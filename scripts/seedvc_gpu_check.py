@@ -2,7 +2,11 @@
 graphs on and off (bit for bit the same audio), compute.compile, both precisions, and peak memory; the singing
 model's (44.1 kHz, RMVPE F0) in float16 with graphs off and on; and the real-time
 model's live blocks (the real-time app's algorithm at seed-vc's README settings: 0.18 s blocks, 10 steps, guidance
-0.7): milliseconds per block, graphs on and off (the same blocks).
+0.7): milliseconds per block, graphs on and off (the same blocks). For v2: the tiny v2 model of the parity set
+(tests/parity/data/seedvc_v2/model) converts timbre and style with graphs on and off (the same audio: the CFM's
+graphs and the AR's step segments), and the AR style converter at its released sizes (768 x 12, 12 heads over 2
+key/value heads, random weights) decodes `--ar-tokens` tokens: tokens per second, graphs on and off (the same
+tokens), float16 and float32.
 
     python scripts/seedvc_gpu_check.py [--json OUT.json] [--seconds 10] [--steps 10] [--live-seconds 6]
 
@@ -27,9 +31,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mizuoto.engines.seedvc import ar as style_ar  # noqa: E402
+from mizuoto.engines.seedvc.loaded_v2 import RELEASED as RELEASED_V2  # noqa: E402
 from mizuoto.host import convert, convert_stream, load_model  # noqa: E402
 from mizuoto.nn import bigvgan, campplus, hift, wav2vec2, whisper_encoder  # noqa: E402
 from mizuoto.nn.s2mel_cfm import S2Mel, S2MelConfig  # noqa: E402
+from mizuoto.runtime.graphs import Graphs  # noqa: E402
 
 # config_dit_mel_seed_uvit_whisper_small_wavenet.yml's model_params (Plachta/Seed-VC), as released
 RELEASED = {
@@ -198,6 +205,60 @@ def measure_live(folder: Path, precision: str, graphs: bool, compile_: bool, sec
             "first_block_ms": round(walls[0], 2)}, torch.cat(blocks, dim=-1)
 
 
+TINY_V2 = Path(__file__).resolve().parents[1] / "tests" / "parity" / "data" / "seedvc_v2" / "model"
+
+
+def check_v2_tiny(precision: str) -> list[str]:
+    """The tiny v2 model on CUDA, timbre and style, graphs off and on: the same audio, or what differed."""
+    failures = []
+    source, reference = (speech(4.0, 22050, 180.0), 22050), (speech(3.0, 22050, 260.0), 22050)
+    for params in ({"diffusion_steps": 4}, {"diffusion_steps": 4, "convert_style": True},
+                   {"diffusion_steps": 3, "convert_style": True, "anonymization_only": True, "top_p": 0.7}):
+        waves = []
+        for graphs in (False, True):
+            loaded = load_model("seedvc", str(TINY_V2), device="cuda",
+                                overrides={"engines.seedvc.load_options.precision": precision,
+                                           "compute.cuda_graphs": graphs})
+            waves.append(convert(loaded, source, reference, seed=5, params=params).waveform)
+        if not torch.equal(waves[0], waves[1]):
+            failures.append(f"v2 tiny {precision} {params}: CUDA graphs changed the audio")
+        print(json.dumps({"v2_tiny": precision, "params": params, "samples": waves[0].shape[-1],
+                          "graphs_equal": torch.equal(waves[0], waves[1])}), flush=True)
+    return failures
+
+
+def measure_v2_ar(precision: str, graphs: bool, tokens: int, device: str = "cuda"):
+    """The released-size AR decoding `tokens` tokens (EOS held off by the step limit) after a 600-token condition
+    and a 500-token prompt: tokens per second (the best of 3 after a warm-up), and the tokens."""
+    model = style_ar.StyleAR(style_ar.ARConfig.from_section(RELEASED_V2["ar"]))
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.02)
+    model = model.to(device).eval()
+    float16 = precision == "float16"
+    g = torch.Generator(device).manual_seed(0)
+    cond = torch.randn(1, 600, model.config.dim, device=device, generator=g)
+    prompt = torch.randint(0, model.config.eos, (1, 500), device=device, generator=g)
+    graph_set = Graphs(device) if graphs else None
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    limit, style_ar.MAX_STEPS = style_ar.MAX_STEPS, tokens - 1
+    try:
+        best, out = float("inf"), None
+        for attempt in range(4):  # the first warms up (captures, allocations)
+            sync()
+            start = time.perf_counter()
+            with torch.inference_mode(), torch.autocast(device, dtype=torch.float16, enabled=float16):
+                out = model.generate(cond, prompt, style_ar.Sampling(), torch.Generator(device).manual_seed(1),
+                                     torch.float16 if float16 else torch.float32, graph_set)
+            sync()
+            if attempt:
+                best = min(best, time.perf_counter() - start)
+    finally:
+        style_ar.MAX_STEPS = limit
+    return {"v2_ar": precision, "cuda_graphs": graphs, "tokens": out.shape[-1],
+            "tokens_per_second": round(out.shape[-1] / best, 1)}, out
+
+
 def speech(seconds: float, rate: int, hz: float) -> torch.Tensor:
     t = torch.arange(int(seconds * rate)) / rate
     return 0.3 * torch.sin(2 * torch.pi * hz * t * (1 + 0.05 * torch.sin(2 * torch.pi * 3 * t)))
@@ -231,6 +292,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--live-seconds", type=float, default=6.0)
+    parser.add_argument("--ar-tokens", type=int, default=500)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
@@ -267,8 +329,18 @@ def main() -> int:
                 live_waves[graphs] = wave
             if not torch.equal(live_waves[False], live_waves[True]):
                 failures.append(f"live {precision}: CUDA graphs changed the blocks")
+    v2_rows = []
+    for precision in ("float16", "float32"):
+        failures += check_v2_tiny(precision)
+        decoded = {}
+        for graphs in (False, True):
+            row, decoded[graphs] = measure_v2_ar(precision, graphs, args.ar_tokens)
+            v2_rows.append(row)
+            print(json.dumps(row), flush=True)
+        if not torch.equal(decoded[False], decoded[True]):
+            failures.append(f"v2 AR {precision}: CUDA graphs changed the tokens")
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "source_seconds": args.seconds,
-              "steps": args.steps, "rows": rows, "live_rows": live_rows, "failures": failures}
+              "steps": args.steps, "rows": rows, "live_rows": live_rows, "v2_rows": v2_rows, "failures": failures}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps({"failures": failures}))
