@@ -176,6 +176,15 @@ _PINNED_RUNNER = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); import pi
                   "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
+def bit_diff(ours: torch.Tensor, theirs: torch.Tensor):
+    """A pinned comparison's verdict: 0.0 when bitwise equal (floats widened to float32, integers to int64, as the
+    writers store them); the max abs difference otherwise; None when shape or kind differ."""
+    ours = ours.detach().float() if ours.is_floating_point() else ours.detach().long()
+    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
+        return None
+    return 0.0 if torch.equal(ours, theirs) else (ours - theirs).abs().max().item()
+
+
 def run_pinned(script, *args, timeout: int = 600) -> dict:
     """`python script *args` under the parity pins (one thread, avx2, MKL_CBWR, oneDNN off) -> the JSON of
     its last line."""

@@ -25,7 +25,7 @@ import yaml
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, parity_module, reference_dir, run_pinned  # noqa: E402
+from helpers import HostReads, bit_diff, parity_module, reference_dir, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
 from mizuoto.engines.seedvc import ar  # noqa: E402
@@ -42,14 +42,6 @@ def our_ar(record: dict) -> ar.StyleAR:
              enumerate(record["params"])}
     assert set(state) <= set(record["state_keys"])
     return ar.load_ar({f"module.{k}": v for k, v in state.items()}, ar.ARConfig.from_section(record["section"]), "cpu")
-
-
-def diff(ours: torch.Tensor, theirs: torch.Tensor):
-    """0.0 when bitwise equal; the max abs difference otherwise; None when shape or kind differ."""
-    ours = ours.detach().float() if ours.is_floating_point() else ours.detach().long()
-    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
-        return None
-    return 0.0 if torch.equal(ours, theirs) else (ours - theirs).abs().max().item()
 
 
 class Recorded:
@@ -92,9 +84,9 @@ def reference_diffs(folder: Path) -> dict:
                                     torch.float16 if float16 else torch.float32)
         out[f"{name}/tokens"] = 0.0 if tokens[0].tolist() == case["tokens"] else None
         logits = torch.stack(recorded.rows)
-        out[f"{name}/logits"] = diff(logits, refs[case["logits"]])
+        out[f"{name}/logits"] = bit_diff(logits, refs[case["logits"]])
         out[f"{name}/logits_dtype"] = 0.0 if str(logits.dtype) == f"torch.{case['logits_dtype']}" else None
-        out[f"{name}/generator"] = diff(torch.rand(4, generator=generator), refs[case["after"]])
+        out[f"{name}/generator"] = bit_diff(torch.rand(4, generator=generator), refs[case["after"]])
     return out
 
 

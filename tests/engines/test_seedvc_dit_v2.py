@@ -31,7 +31,7 @@ import yaml
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, parity_module, reference_dir, run_pinned  # noqa: E402
+from helpers import HostReads, bit_diff, parity_module, reference_dir, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
 from mizuoto.engines.seedvc import cfm_v2, dit_v2, regulator_v2  # noqa: E402
@@ -73,21 +73,13 @@ def sha256(tensor: torch.Tensor) -> str:
     return hashlib.sha256(tensor.detach().float().contiguous().numpy().astype("<f4").tobytes()).hexdigest()
 
 
-def diff(ours: torch.Tensor, theirs: torch.Tensor):
-    """0.0 when bitwise equal; the max abs difference otherwise; None when shape or kind differ."""
-    ours = ours.detach().float() if ours.is_floating_point() else ours.detach().long()
-    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
-        return None
-    return 0.0 if torch.equal(ours, theirs) else (ours - theirs).abs().max().item()
-
-
 def autocast(dtype: str | None):
     """The writer's CPU autocast of a case (none when it names no dtype)."""
     return torch.autocast("cpu", dtype=getattr(torch, dtype or "float16"), enabled=dtype is not None)
 
 
 def reference_diffs(folder: Path) -> dict:
-    """Everything in the references, ours against upstream's: name -> diff()."""
+    """Everything in the references, ours against upstream's: name -> bit_diff()."""
     from safetensors.torch import load_file
 
     refs = load_file(str(folder / "references.safetensors"))
@@ -107,11 +99,11 @@ def reference_diffs(folder: Path) -> dict:
             if kind == "regulator":
                 regulator = our_regulator(entry["regulator/" + case["regulator"]])
                 ylens = refs[case["ylens"]] if "ylens" in case else None
-                out[name] = diff(regulator(refs[case["x"]], ylens), refs[case["out"]])
+                out[name] = bit_diff(regulator(refs[case["x"]], ylens), refs[case["out"]])
             elif kind == "dit":
                 with autocast(case.get("autocast")):
                     got = model.estimator(*(refs[a] for a in case["args"]))
-                out[name] = diff(got, refs[case["out"]])
+                out[name] = bit_diff(got, refs[case["out"]])
                 out[f"{name}/dtype"] = 0.0 if got.dtype == getattr(torch, case.get("autocast") or "float32") else None
             else:
                 generator = torch.Generator().manual_seed(case["seed"])
@@ -120,8 +112,8 @@ def reference_diffs(folder: Path) -> dict:
                     got = model.inference(refs[case["mu"]], refs[case["x_lens"]], refs[case["prompt"]], style,
                                           case["steps"], generator, temperature=case["temperature"],
                                           cfg_rates=tuple(case["cfg_rates"]), random_voice=case["random_voice"])
-                out[name] = diff(got, refs[case["out"]])
-                out[f"{name}/generator"] = diff(torch.rand(4, generator=generator), refs[case["after"]])
+                out[name] = bit_diff(got, refs[case["out"]])
+                out[f"{name}/generator"] = bit_diff(torch.rand(4, generator=generator), refs[case["after"]])
     return out
 
 

@@ -25,7 +25,7 @@ from mizuoto.engines.voxcpm import cfm, heads
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import EmulatedGraphs, HostReads, reference_dir, run_pinned  # noqa: E402
+from helpers import EmulatedGraphs, HostReads, bit_diff, reference_dir, run_pinned  # noqa: E402
 
 REFERENCES = Path(__file__).resolve().parents[1] / "parity" / "data" / "voxcpm" / "cfm"
 LOCAL_DIT = Path(__file__).resolve().parents[2] / "engines" / "voxcpm" / "local.py"
@@ -59,23 +59,15 @@ def our_dit(entry: dict, refs: dict) -> torch.nn.Module:
     return model.eval()
 
 
-def diff(ours: torch.Tensor, theirs: torch.Tensor):
-    """0.0 when bitwise equal; the max abs difference otherwise; None when shape or kind differ."""
-    ours = ours.detach().float() if ours.is_floating_point() else ours.detach().long()
-    if ours.shape != theirs.shape or ours.dtype != theirs.dtype:
-        return None
-    return 0.0 if torch.equal(ours, theirs) else (ours - theirs).abs().max().item()
-
-
 def reference_diffs(folder: Path, with_dit: bool) -> dict:
-    """Everything in the references, ours against upstream's: name -> diff()."""
+    """Everything in the references, ours against upstream's: name -> bit_diff()."""
     from safetensors.torch import load_file
 
     refs = load_file(str(folder / "references.safetensors"))
     cases = json.loads((folder / "references.json").read_text())["cases"]
     out = {}
     probe = {k[len("toy/probe/w_"):]: v for k, v in refs.items() if k.startswith("toy/probe/w_")}
-    out["toy/probe"] = diff(toy_velocity(probe, *(refs[f"toy/probe/{a}"] for a in ARGS)), refs["toy/probe/out"])
+    out["toy/probe"] = bit_diff(toy_velocity(probe, *(refs[f"toy/probe/{a}"] for a in ARGS)), refs["toy/probe/out"])
     dits = {}
     for name, case in cases.items():
         kind = name.split("/")[0]
@@ -91,11 +83,11 @@ def reference_diffs(folder: Path, with_dit: bool) -> dict:
             got = cfm.sample(estimator, refs[case["mu"]].to(dtype), refs[case["cond"]].to(dtype),
                              torch.Generator().manual_seed(case["seed"]), case["options"]["patch_size"],
                              options_of(case))
-            out[name] = diff(got, refs[case["out"]])
+            out[name] = bit_diff(got, refs[case["out"]])
             out[f"{name}/calls"] = 0.0 if len(calls) == case["calls"] else None
             for i, recorded in enumerate(case.get("recorded", [])):
                 for arg, ours, theirs in zip(ARGS, calls[i] if i < len(calls) else [None] * 5, recorded, strict=True):
-                    out[f"{name}/call{i}/{arg}"] = None if ours is None else diff(ours, refs[theirs])
+                    out[f"{name}/call{i}/{arg}"] = None if ours is None else bit_diff(ours, refs[theirs])
         elif kind.startswith("dit_") and with_dit and name.count("/") == 1:
             if kind not in dits:
                 dits[kind] = our_dit(cases[kind], refs)
@@ -107,20 +99,21 @@ def reference_diffs(folder: Path, with_dit: bool) -> dict:
                     got = cfm.sample(dit, refs[case["mu"]], refs[case["cond"]],
                                      torch.Generator().manual_seed(case["seed"]), case["options"]["patch_size"],
                                      options_of(case))
-            out[name] = diff(got, refs[case["out"]])
+            out[name] = bit_diff(got, refs[case["out"]])
         elif name.startswith("heads/fsq"):
             dtype = getattr(torch, case["dtype"])
             layer = heads.ScalarQuantizer(case["in_dim"], case["out_dim"], case["latent_dim"], case["scale"])
             layer.load_state_dict({k: refs[v] for k, v in case["state"].items()}, strict=True)
             with torch.inference_mode():
-                out[name] = diff(layer.to(dtype)(refs[case["hidden"]].to(dtype)), refs[case["out"]])
+                out[name] = bit_diff(layer.to(dtype)(refs[case["hidden"]].to(dtype)), refs[case["out"]])
         elif name == "heads/stop":
             stop_proj, stop_head = heads.stop_layers(refs[case["hidden"]].shape[-1])
             holder = torch.nn.Module()
             holder.stop_proj, holder.stop_head = stop_proj, stop_head
             holder.load_state_dict({k: refs[v] for k, v in case["state"].items()}, strict=True)
             with torch.inference_mode():
-                out[name] = diff(heads.stop_logits(stop_proj, stop_head, refs[case["hidden"]]), refs[case["logits"]])
+                logits = heads.stop_logits(stop_proj, stop_head, refs[case["hidden"]])
+                out[name] = bit_diff(logits, refs[case["logits"]])
                 flags = heads.stop_flags(stop_proj, stop_head, refs[case["hidden"]])
             out[f"{name}/flags"] = 0.0 if torch.equal(flags, refs[case["argmax"]] == 1) else None
     return out
