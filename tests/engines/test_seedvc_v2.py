@@ -138,6 +138,36 @@ def test_streaming_is_refused_for_v2(loaded):
         list(convert_stream(loaded, iter([tone]), tone, seed=1))
 
 
+def test_the_v2_example_workflow_runs_on_the_node_classes(loaded):
+    """workflows/api/seedvc_v2.json on the node classes: its model choice (hf:Plachta/Seed-VC#v2) pointed at the
+    set's tiny v2 model in float32, LoadAudio standing in with the set's recordings, 2 steps instead of 30 for time.
+    SaveAudio gets what the library gives for the same request: the style converter's conversion."""
+    from helpers import load_pack, saved_audio
+
+    from mizuoto.audio import files
+    from mizuoto.host import convert
+
+    pack = load_pack("mizuoto_pack_seedvc_v2")
+    graph = json.loads((Path(__file__).resolve().parents[2] / "workflows" / "api" / "seedvc_v2.json").read_text())
+    loader = next(n for n in graph.values() if n["class_type"] == "MizuotoSeedVCLoader")
+    converter = next(n for n in graph.values() if n["class_type"] == "MizuotoSeedVCConvert")
+    assert loader["inputs"]["model"] == "hf:Plachta/Seed-VC#v2"
+    keys = ("convert_style", "diffusion_steps", "intelligibility_cfg_rate", "similarity_cfg_rate", "top_p")
+    assert {k: converter["inputs"][k] for k in keys} == {  # upstream's app_vc_v2 defaults, convert_style on
+        "convert_style": True, "diffusion_steps": 30, "intelligibility_cfg_rate": 0.5, "similarity_cfg_rate": 0.5,
+        "top_p": 0.9}
+    loader["inputs"].update(model=str(REFERENCES / "model"), device="cpu", precision="float32")
+    converter["inputs"]["diffusion_steps"] = 2
+    clips = {"source.wav": files.read(REFERENCES / "audio" / "source_2s_22050.wav"),
+             "reference.wav": files.read(REFERENCES / "audio" / "reference_3s_16000.wav")}
+    saved = saved_audio(pack, graph, clips.__getitem__)
+    names = ("diffusion_steps", "intelligibility_cfg_rate", "similarity_cfg_rate", "convert_style",
+             "anonymization_only", "top_p", "temperature", "repetition_penalty", "length_adjust")
+    want = convert(loaded, clips["source.wav"], clips["reference.wav"], seed=converter["inputs"]["seed"],
+                   params={k: converter["inputs"][k] for k in names}).waveform
+    assert saved["sample_rate"] == 22050 and torch.equal(saved["waveform"][0], want)
+
+
 if __name__ == "__main__":  # the pinned subprocess of the reference tests
     torch.set_num_threads(1)
     sys.path.insert(0, str(Path(__file__).resolve().parent))

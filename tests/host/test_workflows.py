@@ -42,6 +42,7 @@ TEMPLATES = {
     "qwen3tts": "Qwen3-TTS - speak with one of the preset voices",
     "seedvc": "Seed-VC - convert a recording into the voice of another",
     "seedvc_singing": "Seed-VC - sing a song in the voice of another recording",
+    "seedvc_v2": "Seed-VC - convert the voice and the speaking style with v2",
     "voxcpm": "VoxCPM - continue the voice of a reference recording",
     "whisper": "Whisper - transcribe a recording to text",
 }
