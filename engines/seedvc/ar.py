@@ -34,7 +34,7 @@ from torch import nn
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.ops import Linear
 from mizuoto.nn.qwen import transformers_sdpa
-from mizuoto.nn.s2mel_dit import FeedForward, RMSNorm, rope_table, rotate
+from mizuoto.nn.s2mel_dit import FeedForward, RMSNorm, gpt_fast_hidden, rope_table, rotate
 from mizuoto.runtime import accel
 from mizuoto.runtime.accel import MaskInfo
 from mizuoto.runtime.graphs import Graphs, LayerSteps
@@ -85,8 +85,8 @@ class ARConfig:
             data = section["model"]["config"]
             dim, heads = int(data.get("dim", 4096)), int(data.get("n_head", 32))
             inner = data.get("intermediate_size")
-            if inner is None:  # upstream: 2/3 of 4 * dim, rounded up to a multiple of 256
-                inner = _multiple(int(2 * 4 * dim / 3), 256)
+            if inner is None:  # upstream's NaiveModelArgs: gpt-fast's rule
+                inner = gpt_fast_hidden(dim)
             local = int(data.get("n_local_heads", -1))
             config = cls(vocab_size=int(data.get("vocab_size", 32000)), n_layer=int(data.get("n_layer", 32)),
                          n_head=heads, dim=dim, intermediate_size=int(inner),

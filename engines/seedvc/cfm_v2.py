@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
+from mizuoto.nn.s2mel_cfm import check_condition
 
 from .dit_v2 import UNUSED_KEYS, DiTV2, DiTV2Config
 from .regulator_v2 import load_strictly
@@ -100,21 +101,7 @@ def check_inputs(mu, x_lens, prompt, style, channels: int, steps, temperature, c
             isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) for r in cfg_rates):
         raise InputError(f"Seed-VC v2 cfg_rates must be two finite numbers (intelligibility, similarity), got "
                          f"{cfg_rates!r}")
-    if not isinstance(generator, torch.Generator):
-        raise InputError("Seed-VC v2 sampling needs a torch.Generator for its noise (seeded by the request)")
-    if mu.dim() != 3 or prompt.dim() != 3 or prompt.shape[1] != channels or prompt.shape[0] != mu.shape[0]:
-        raise InputError(f"the Seed-VC v2 CFM takes mu (batch, frames, features) and a prompt mel (batch, {channels}, "
-                         f"frames), got {tuple(mu.shape)} and {tuple(prompt.shape)}")
-    batch, frames = mu.shape[0], mu.shape[1]
-    if x_lens.shape != (batch,) or x_lens.is_floating_point():
-        raise InputError(f"Seed-VC v2 x_lens must be one integer length per batch row ({batch}), got shape "
-                         f"{tuple(x_lens.shape)} of {x_lens.dtype}")
-    if style.dim() != 2 or style.shape[0] != batch:
-        raise InputError(f"the Seed-VC v2 CFM takes one style vector per batch row, (batch {batch}, features), got "
-                         f"{tuple(style.shape)}")
-    if prompt.shape[-1] > frames:
-        raise InputError(f"the Seed-VC v2 prompt ({prompt.shape[-1]} frames) is longer than the whole condition "
-                         f"({frames} frames); the condition must hold the prompt's frames and the target's")
+    check_condition(mu, x_lens, prompt, style, generator, channels, "Seed-VC v2 CFM")
 
 
 # ---------------------------------------------------------------------------------------------------

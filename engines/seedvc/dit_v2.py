@@ -40,7 +40,7 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.ops import Linear
-from mizuoto.nn.s2mel_dit import Attention, FeedForward, RMSNorm, TimestepEmbedder, rope_table
+from mizuoto.nn.s2mel_dit import Attention, DiTSizes, FeedForward, RMSNorm, TimestepEmbedder, rope_table
 from mizuoto.runtime import accel
 
 # Bidirectional attention over the frames of one chunk (and its tokens), masked by key padding only: approximate
@@ -53,7 +53,7 @@ UNUSED_KEYS = ("x_embedder.", "transformer.causal_mask")
 
 
 @dataclass(frozen=True)
-class DiTV2Config:
+class DiTV2Config(DiTSizes):
     """The fields of vc_wrapper.yaml's `cfm.estimator` section that inference reads (class_dropout_prob,
     dropout_rate and attn_dropout_rate only act in training)."""
 
@@ -77,22 +77,6 @@ class DiTV2Config:
         if self.hidden_dim % self.num_heads or (self.hidden_dim // self.num_heads) % 2:
             raise CheckpointError(f"Seed-VC v2 cfm.estimator: hidden_dim {self.hidden_dim} must split into "
                                   f"{self.num_heads} heads of an even size; check the model's vc_wrapper.yaml")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_dim // self.num_heads
-
-    @property
-    def tokens(self) -> int:
-        """Positions in front of the frames (a style and / or a time token)."""
-        return int(self.style_as_token) + int(self.time_as_token)
-
-    @property
-    def feed_forward_dim(self) -> int:
-        """gpt-fast's ModelArgs default (the DiT passes no intermediate_size): int(2 · 4·hidden / 3) rounded up
-        to a multiple of 256."""
-        wanted = int(2 * (4 * self.hidden_dim) / 3)
-        return -(-wanted // 256) * 256
 
     @classmethod
     def from_section(cls, section: dict) -> "DiTV2Config":

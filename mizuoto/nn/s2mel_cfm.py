@@ -89,6 +89,28 @@ def check_steps(steps, cfg_rate, temperature) -> None:
         raise InputError(f"s2mel cfg_rate must be 0 (no guidance) or more, got {cfg_rate!r}")
 
 
+def check_condition(mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tensor, style: torch.Tensor,
+                    generator, channels: int, who: str) -> None:
+    """What a CFM sampler (s2mel's here, Seed-VC v2's) checks of its condition: mu (B, T, D), x_lens (B,) integer,
+    a prompt mel (B, channels, P <= T), a style (B, S) and a torch.Generator; each a one-line InputError naming
+    `who`."""
+    if not isinstance(generator, torch.Generator):
+        raise InputError(f"{who} sampling needs a torch.Generator for its noise (seeded by the request)")
+    if mu.dim() != 3 or prompt.dim() != 3 or prompt.shape[1] != channels or prompt.shape[0] != mu.shape[0]:
+        raise InputError(f"{who} takes mu (batch, frames, features) and a prompt mel (batch, {channels}, frames), "
+                         f"got {tuple(mu.shape)} and {tuple(prompt.shape)}")
+    batch, frames = mu.shape[0], mu.shape[1]
+    if x_lens.shape != (batch,) or x_lens.is_floating_point():
+        raise InputError(f"{who} x_lens must be one integer length per batch row ({batch}), got shape "
+                         f"{tuple(x_lens.shape)} of {x_lens.dtype}")
+    if style.dim() != 2 or style.shape[0] != batch:
+        raise InputError(f"{who} takes one style vector per batch row, (batch {batch}, features), got "
+                         f"{tuple(style.shape)}")
+    if prompt.shape[-1] > frames:
+        raise InputError(f"the {who} prompt ({prompt.shape[-1]} frames) is longer than the whole condition "
+                         f"({frames} frames); the condition must hold the prompt's frames and the target's")
+
+
 def sample(estimator, mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tensor, style: torch.Tensor,
            generator: torch.Generator, *, steps: int, cfg_rate: float, temperature: float = 1.0,
            channels: int = 80, zero_prompt_speech_token: bool = False) -> torch.Tensor:
@@ -96,22 +118,8 @@ def sample(estimator, mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tens
     (P may be 0) and a style (B, S): seed-vc's `CFM.inference(mu, x_lens, prompt, style, None, steps,
     temperature, cfg_rate)` with the noise drawn from `generator`. The first P frames of the result are zero."""
     check_steps(steps, cfg_rate, temperature)
-    if not isinstance(generator, torch.Generator):
-        raise InputError("s2mel sampling needs a torch.Generator for its noise (seeded by the request)")
-    if mu.dim() != 3 or prompt.dim() != 3 or prompt.shape[1] != channels or prompt.shape[0] != mu.shape[0]:
-        raise InputError(f"s2mel takes mu (batch, frames, features) and a prompt mel (batch, {channels}, frames), "
-                         f"got {tuple(mu.shape)} and {tuple(prompt.shape)}")
-    batch, frames = mu.shape[0], mu.shape[1]
-    if x_lens.shape != (batch,) or x_lens.is_floating_point():
-        raise InputError(f"s2mel x_lens must be one integer length per batch row ({batch}), got shape "
-                         f"{tuple(x_lens.shape)} of {x_lens.dtype}")
-    if style.dim() != 2 or style.shape[0] != batch:
-        raise InputError(f"s2mel takes one style vector per batch row, (batch {batch}, features), got "
-                         f"{tuple(style.shape)}")
-    prompt_len = prompt.shape[-1]
-    if prompt_len > frames:
-        raise InputError(f"the s2mel prompt ({prompt_len} frames) is longer than the whole condition "
-                         f"({frames} frames); the condition must hold the prompt's frames and the target's")
+    check_condition(mu, x_lens, prompt, style, generator, channels, "s2mel")
+    batch, frames, prompt_len = mu.shape[0], mu.shape[1], prompt.shape[-1]
     with torch.inference_mode():
         x = torch.randn([batch, channels, frames], device=mu.device, generator=generator) * temperature
         prompt_x = torch.zeros_like(x)

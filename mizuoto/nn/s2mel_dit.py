@@ -60,8 +60,37 @@ class WaveNetConfig:
     dilation_rate: int = 1
 
 
+def gpt_fast_hidden(dim: int) -> int:
+    """gpt-fast's ModelArgs default feed-forward width, which the DiTs and Seed-VC v2's AR inherit:
+    int(2 · 4·dim / 3) rounded up to a multiple of 256."""
+    wanted = int(2 * (4 * dim) / 3)
+    return -(-wanted // 256) * 256
+
+
+class DiTSizes:
+    """What the DiT configurations (s2mel's and Seed-VC v2's) derive from hidden_dim, num_heads and the tokens."""
+
+    hidden_dim: int
+    num_heads: int
+    time_as_token: bool
+    style_as_token: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_dim // self.num_heads
+
+    @property
+    def tokens(self) -> int:
+        """Positions in front of the frames (a style and / or a time token)."""
+        return int(self.style_as_token) + int(self.time_as_token)
+
+    @property
+    def feed_forward_dim(self) -> int:
+        return gpt_fast_hidden(self.hidden_dim)
+
+
 @dataclass(frozen=True)
-class DiTConfig:
+class DiTConfig(DiTSizes):
     """The fields of model_params.DiT (and style_encoder.dim, wavenet) that the estimator reads."""
 
     hidden_dim: int
@@ -93,20 +122,6 @@ class DiTConfig:
                 raise CheckpointError("s2mel DiT: the 'wavenet' final layer does not run with time_as_token or "
                                       "style_as_token (upstream fails on it too); check the model's config")
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_dim // self.num_heads
-
-    @property
-    def tokens(self) -> int:
-        """Positions in front of the frames (a style and / or a time token)."""
-        return int(self.style_as_token) + int(self.time_as_token)
-
-    @property
-    def feed_forward_dim(self) -> int:
-        """gpt-fast's default: two thirds of 4·hidden, rounded up to a multiple of 256."""
-        wanted = int(2 * (4 * self.hidden_dim) / 3)
-        return -(-wanted // 256) * 256
 
     @classmethod
     def from_model_params(cls, model_params: dict) -> "DiTConfig":
