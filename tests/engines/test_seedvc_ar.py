@@ -25,7 +25,7 @@ import yaml
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers import HostReads, bit_diff, parity_module, reference_dir, run_pinned  # noqa: E402
+from helpers import EmulatedGraphs, HostReads, bit_diff, parity_module, reference_dir, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
 from mizuoto.engines.seedvc import ar  # noqa: E402
@@ -248,6 +248,50 @@ def test_every_step_mask_info_describes_its_dense_mask():
     finally:
         dispatch.DEBUG = previous
     assert tokens.shape[1] >= ar.MIN_TOKENS
+
+
+def emulated_run(model, graphs, seed: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    cond, prompt = torch.randn(1, 11, 64, generator=g), torch.randint(0, 64, (1, 7), generator=g)
+    with torch.inference_mode():
+        return model.generate(cond, prompt, ar.Sampling(top_p=0.8, repetition_penalty=1.4),
+                              torch.Generator().manual_seed(seed), torch.float32, graphs)
+
+
+def test_graph_segments_give_eager_tokens_and_a_failed_capture_runs_eagerly():
+    """The step as LayerSteps segments under emulated CUDA graphs (captured once, then replayed from static
+    buffers): the eager tokens; a capture that fails (the second segment) leaves that step eager, same tokens."""
+    model = ar.StyleAR(tiny_ar().config)
+    model.load_state_dict(tiny_ar().state_dict())
+    want = emulated_run(model, None)
+    graphs = EmulatedGraphs()
+    assert torch.equal(emulated_run(model, graphs), want) and want.shape[1] > ar.MIN_TOKENS
+    assert graphs.captures == model.config.n_layer + 1  # every segment once; every later step replays
+    assert torch.equal(emulated_run(model, graphs), want) and graphs.captures == model.config.n_layer + 1
+    failing = EmulatedGraphs(fail={2})
+    assert torch.equal(emulated_run(model, failing), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("float16", [False, True])
+def test_on_cuda_graph_segments_give_eager_tokens(float16):
+    from mizuoto.runtime.graphs import Graphs
+
+    model = tiny_ar().to("cuda")
+    try:
+        g = torch.Generator("cuda").manual_seed(2)
+        cond = torch.randn(1, 40, 64, device="cuda", generator=g)
+        prompt = torch.randint(0, 64, (1, 30), device="cuda", generator=g)
+        runs = []
+        for graphs in (None, Graphs("cuda")):
+            with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16, enabled=float16):
+                runs.append(model.generate(cond, prompt, ar.Sampling(), torch.Generator("cuda").manual_seed(3),
+                                           torch.float16 if float16 else torch.float32, graphs))
+        assert torch.equal(runs[0], runs[1]) and runs[0].shape[1] > ar.MIN_TOKENS
+    finally:
+        model.to("cpu")
+        model._steps = None
 
 
 def test_the_site_is_exact_only():

@@ -138,6 +138,29 @@ def test_streaming_is_refused_for_v2(loaded):
         list(convert_stream(loaded, iter([tone]), tone, seed=1))
 
 
+def test_a_cancel_inside_the_style_converter_stops_it_and_the_seed_still_decides(loaded):
+    """The AR checks for a cancel before every token: a request cancelled there stops (Cancelled), and the same
+    seed afterwards gives what it gave before."""
+    from mizuoto.host import convert
+    from mizuoto.runtime.context import Cancelled, RequestContext
+
+    tone = (torch.sin(torch.arange(22050) / 10.0)[None] * 0.3, 22050)
+    params = {"diffusion_steps": 1, "convert_style": True}
+    before = convert(loaded, tone, tone, seed=4, params=params).waveform
+    calls = []
+
+    def interrupted():  # the host's hook, asked at every step: three before the AR (content, narrow content, chunk)
+        calls.append(1)
+        if len(calls) == 8:
+            ctx.cancel()
+
+    ctx = RequestContext(4, interrupted=interrupted)
+    with pytest.raises(Cancelled):
+        convert(loaded, tone, tone, params=params, ctx=ctx)
+    assert len(calls) == 8
+    assert torch.equal(convert(loaded, tone, tone, seed=4, params=params).waveform, before)
+
+
 def test_the_v2_example_workflow_runs_on_the_node_classes(loaded):
     """workflows/api/seedvc_v2.json on the node classes: its model choice (hf:Plachta/Seed-VC#v2) pointed at the
     set's tiny v2 model in float32, LoadAudio standing in with the set's recordings, 2 steps instead of 30 for time.
