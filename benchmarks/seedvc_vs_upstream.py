@@ -8,6 +8,10 @@ Runs in the seed-vc oracle venv (scripts/parity/seedvc_upstream_env.sh) with thi
     /tmp/venvs/seedvc-pinned/bin/python benchmarks/seedvc_vs_upstream.py [--size tiny|full] [--seconds 6]
         [--steps 10] [--precision float32|float16] [--repeats 3] [--threads 1] [--mode convert|live]
 (`--mode live` takes the tiny real-time model only: its released XLS-R 300m is not built here.)
+`--mode v2`: Seed-VC v2 (upstream's `VoiceConversionWrapper.convert_voice_with_streaming_arrays`; ours convert())
+on the tiny v2 model of its parity set (scripts/parity/seedvc_v2_models.py), `--style` with convert_style on (the
+AR style converter; float16 runs only there, as upstream's CPU float16 timbre path fails). The released AR alone
+against upstream's is benchmarks/seedvc_ar_vs_upstream.py.
 
 `tiny` is the end-to-end parity set's configuration (scripts/parity/seedvc_models.py); `full` is the released v1
 offline architecture with random weights: the DiT, WaveNet and regulator of the released preset, whisper-small's
@@ -55,6 +59,11 @@ def released_sizes(models) -> None:
 def build(size: str, folder: Path, mode: str = "convert") -> None:
     import seedvc_models
 
+    if mode == "v2":
+        import seedvc_v2_models
+
+        seedvc_v2_models.write_models(folder / "model", 2000)
+        return
     if mode == "live":
         seedvc_models.write_realtime_models(folder / "model", seed=7)
         return
@@ -126,6 +135,39 @@ def live_side(args, folder: Path, source: Path, reference: Path):
     return stream, count[0]
 
 
+def v2_side(args, folder: Path, source: Path, reference: Path):
+    """One v2 conversion of the source: a function returning its waveform."""
+    import soundfile
+    import torch
+
+    if args.side == "upstream":
+        import seedvc_v2_references
+
+        wrapper = seedvc_v2_references.build_wrapper(folder / "model", args.precision)
+        (src, src_rate), (ref, ref_rate) = (soundfile.read(str(p), dtype="float32") for p in (source, reference))
+        dtype = torch.float16 if args.precision == "float16" else torch.float32
+
+        def convert():
+            torch.manual_seed(1)
+            calls = wrapper.convert_voice_with_streaming_arrays(
+                src, ref, src_rate, ref_rate, diffusion_steps=args.steps, convert_style=args.style,
+                device=torch.device("cpu"), dtype=dtype, stream_output=False)
+            try:
+                next(calls)
+            except StopIteration as done:
+                return torch.from_numpy(done.value[1])
+        return convert
+    from mizuoto.audio import files
+    from mizuoto.host import convert as host_convert
+    from mizuoto.host import load_model
+
+    loaded = load_model("seedvc", str(folder / "model"), device="cpu",
+                        overrides={"engines.seedvc.load_options.precision": args.precision})
+    inputs = files.read(source), files.read(reference)
+    params = {"diffusion_steps": args.steps, "convert_style": args.style}
+    return lambda: host_convert(loaded, *inputs, seed=1, params=params).waveform[0]
+
+
 def run_side(args) -> None:
     import torch
 
@@ -140,7 +182,9 @@ def run_side(args) -> None:
         print(json.dumps({"side": args.side, "seconds": seconds, "audio_seconds": wave.numel() / 22050,
                           "blocks": blocks}))
         return
-    if args.side == "upstream":
+    if args.mode == "v2":
+        convert = v2_side(args, folder, source, reference)
+    elif args.side == "upstream":
         import seedvc_references
 
         wrapper = seedvc_references.build_wrapper(folder / "model", args.precision)
@@ -179,7 +223,8 @@ def main() -> int:
     parser.add_argument("--precision", choices=("float32", "float16"), default="float32")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--mode", choices=("convert", "live"), default="convert")
+    parser.add_argument("--mode", choices=("convert", "live", "v2"), default="convert")
+    parser.add_argument("--style", action="store_true", help="v2: convert_style on (the AR style converter)")
     parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -190,8 +235,10 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        if args.mode == "live" and args.size != "tiny":
-            parser.error("--mode live runs the tiny real-time model only")
+        if args.mode in ("live", "v2") and args.size != "tiny":
+            parser.error(f"--mode {args.mode} runs a tiny model only")
+        if args.mode == "v2" and args.precision == "float16" and not args.style:
+            parser.error("upstream's float16 v2 timbre conversion fails on the CPU: add --style or use float32")
         build(args.size, folder, args.mode)
         recordings(folder, args.seconds)
         results = {}
@@ -199,7 +246,7 @@ def main() -> int:
             done = subprocess.run([sys.executable, __file__, "--side", side, "--folder", str(folder),
                                    "--steps", str(args.steps), "--precision", args.precision,
                                    "--repeats", str(args.repeats), "--threads", str(args.threads),
-                                   "--mode", args.mode],
+                                   "--mode", args.mode] + (["--style"] if args.style else []),
                                   capture_output=True, text=True,
                                   env=pinned.pinned_env({**os.environ, "PYTHONWARNINGS": "ignore"}))
             if done.returncode != 0:
@@ -218,7 +265,8 @@ def main() -> int:
                   "same_blocks": same and results["upstream"]["blocks"] == blocks}
         print(json.dumps(report, indent=1))
         return 0
-    report = {"size": args.size, "precision": args.precision, "steps": args.steps, "threads": args.threads,
+    report = {"size": args.size, "mode": args.mode, "style": args.style, "precision": args.precision,
+              "steps": args.steps, "threads": args.threads,
               "audio_seconds": round(audio, 3),
               "upstream_audio_s_per_s": round(audio / results["upstream"]["seconds"], 3),
               "ours_audio_s_per_s": round(audio / results["ours"]["seconds"], 3),
