@@ -117,6 +117,33 @@ def test_the_v2_folder_and_its_checkpoint_load_as_v2(loaded):
     assert isinstance(by_file.state, SeedVCV2Loaded) and by_file.state.float16
 
 
+@pytest.mark.parametrize(("damage", "words"), [
+    ("truncate", "not a readable checkpoint"), ("no_ar", "needs net.ar and net.length_regulator"),
+    ("no_output", r"AR checkpoint does not match the config \(missing \['output.weight'\]"),
+])
+def test_a_damaged_ar_checkpoint_is_one_line_naming_it(tmp_path, damage, words):
+    import shutil
+
+    from mizuoto.core.errors import CheckpointError
+    from mizuoto.host import load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(REFERENCES / "model", folder)
+    path = folder / "v2" / "ar_base.pth"
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        nets = torch.load(str(path), map_location="cpu", weights_only=True)["net"]
+        if damage == "no_ar":
+            del nets["ar"]
+        else:
+            del nets["ar"]["module.model.output.weight"]
+        torch.save({"net": nets}, path)
+    with pytest.raises(CheckpointError, match=words) as error:
+        load_model("seedvc", str(folder), device="cpu")
+    assert "\n" not in str(error.value)
+
+
 @pytest.mark.parametrize("given", [{"inference_cfg_rate": 0.5}, {"pitch_shift": 2}, {"length_adjust": 0.8},
                                    {"top_p": 0.5}, {"temperature": 0.7}, {"repetition_penalty": 1.2}])
 def test_parameters_v2_does_not_read_are_refused_in_one_line(loaded, given):
