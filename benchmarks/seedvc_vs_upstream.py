@@ -12,6 +12,9 @@ Runs in the seed-vc oracle venv (scripts/parity/seedvc_upstream_env.sh) with thi
 on the tiny v2 model of its parity set (scripts/parity/seedvc_v2_models.py), `--style` with convert_style on (the
 AR style converter; float16 runs only there, as upstream's CPU float16 timbre path fails). The released AR alone
 against upstream's is benchmarks/seedvc_ar_vs_upstream.py.
+`--memory` (convert and v2) also loads the model folder in two fresh processes (ours: load_model; upstream: the
+parity writer's build from the same files with upstream's own classes and loaders) and reports each one's peak
+resident memory (/proc's VmHWM) and what the load added over the imports, against the size of the files.
 
 `tiny` is the end-to-end parity set's configuration (scripts/parity/seedvc_models.py); `full` is the released v1
 offline architecture with random weights: the DiT, WaveNet and regulator of the released preset, whisper-small's
@@ -135,6 +138,25 @@ def live_side(args, folder: Path, source: Path, reference: Path):
     return stream, count[0]
 
 
+def peak_load_rss(side: str, folder: Path, mode: str, precision: str) -> tuple[float, float]:
+    """(peak resident memory of a fresh pinned process that imports its side and loads the folder, what the load
+    added over the imports), in GiB. VmHWM starts afresh at exec: the parent's size does not leak in."""
+    writer = "seedvc_v2_references" if mode == "v2" else "seedvc_references"
+    load = (f"import mizuoto.host\nbefore = hwm()\nmizuoto.host.load_model('seedvc', {str(folder)!r}, device='cpu', "
+            f"overrides={{'engines.seedvc.load_options.precision': {precision!r}}})" if side == "ours" else
+            f"import {writer}\nbefore = hwm()\n{writer}.build_wrapper(Path({str(folder)!r}), {precision!r})")
+    paths = [str(REPO), str(REPO / "scripts" / "parity")]
+    code = (f"import sys; from pathlib import Path; sys.path[:0] = {paths!r}\n"
+            "import torch\n"
+            "def hwm():\n"
+            "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+            f"{load}\nprint(before, hwm())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env=pinned.pinned_env({**os.environ, "PYTHONWARNINGS": "ignore"}))
+    before, after = map(int, done.stdout.split()[-2:])
+    return after / 2**20, (after - before) / 2**20
+
+
 def v2_side(args, folder: Path, source: Path, reference: Path):
     """One v2 conversion of the source: a function returning its waveform."""
     import soundfile
@@ -225,6 +247,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mode", choices=("convert", "live", "v2"), default="convert")
     parser.add_argument("--style", action="store_true", help="v2: convert_style on (the AR style converter)")
+    parser.add_argument("--memory", action="store_true", help="also each side's peak memory at load")
     parser.add_argument("--side", choices=("ours", "upstream"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -254,6 +277,15 @@ def main() -> int:
                 return 1
             results[side] = json.loads(done.stdout.strip().splitlines()[-1])
         same = torch.equal(torch.load(folder / "ours.pt"), torch.load(folder / "upstream.pt"))
+        memory = {}
+        if args.memory and args.mode != "live":
+            files = sum(p.stat().st_size for p in (folder / "model").rglob("*") if p.is_file())
+            memory["model_files_gib"] = round(files / 2**30, 3)
+            for side in ("ours", "upstream"):
+                peak, grown = peak_load_rss(side, folder / "model", args.mode, args.precision)
+                memory[f"load_peak_rss_gib_{side}"] = round(peak, 3)
+                memory[f"load_rss_growth_gib_{side}"] = round(grown, 3)
+                memory[f"load_growth_over_files_{side}"] = round(grown * 2**30 / files, 3)
     audio = results["ours"]["audio_seconds"]
     if args.mode == "live":
         blocks = results["ours"]["blocks"]
@@ -271,7 +303,7 @@ def main() -> int:
               "upstream_audio_s_per_s": round(audio / results["upstream"]["seconds"], 3),
               "ours_audio_s_per_s": round(audio / results["ours"]["seconds"], 3),
               "speedup": round(results["upstream"]["seconds"] / results["ours"]["seconds"], 3),
-              "identical_waveforms": same}
+              "identical_waveforms": same, **memory}
     print(json.dumps(report, indent=1))
     return 0
 
