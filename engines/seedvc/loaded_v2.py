@@ -159,19 +159,27 @@ def _nets(path: Path, names: tuple[str, str]) -> tuple[dict, dict]:
     return tuple({k.removeprefix("module."): v for k, v in nets[n].items()} for n in names)
 
 
+def _cfm_pair(path: Path, config: dict, device) -> tuple[CFMV2, RegulatorV2]:
+    """cfm_small.pth's CFM and regulator (the file's tensors freed on return, before the next part loads)."""
+    cfm_state, regulator_state = _nets(path, ("cfm", "length_regulator"))
+    return (load_cfm(cfm_state, DiTV2Config.from_section(config["cfm"]["estimator"]), device),
+            load_regulator(regulator_state, RegulatorV2Config.from_section(config["cfm_length_regulator"]), device))
+
+
+def _ar_pair(path: Path, config: dict, device) -> tuple[StyleAR, RegulatorV2]:
+    """ar_base.pth's AR and regulator (the file's tensors freed on return)."""
+    ar_state, regulator_state = _nets(path, ("ar", "length_regulator"))
+    return (load_ar(ar_state, ARConfig.from_section(config["ar"]), device),
+            load_regulator(regulator_state, RegulatorV2Config.from_section(config["ar_length_regulator"]), device))
+
+
 def load(folder: Path, device: torch.device, options: RuntimeOptions) -> SeedVCV2Loaded:
     files = assets.locate_v2(folder)
     config = _yaml(files.config) if files.config is not None else RELEASED
     where = str(files.config or "the released vc_wrapper.yaml")
     float16 = options.load_options.get("precision", "float16") == "float16"
-    cfm_state, cfm_regulator_state = _nets(files.cfm, ("cfm", "length_regulator"))
-    ar_state, ar_regulator_state = _nets(files.ar, ("ar", "length_regulator"))
-    cfm = load_cfm(cfm_state, DiTV2Config.from_section(config["cfm"]["estimator"]), device)
-    cfm_regulator = load_regulator(cfm_regulator_state, RegulatorV2Config.from_section(config["cfm_length_regulator"]),
-                                   device)
-    ar_regulator = load_regulator(ar_regulator_state, RegulatorV2Config.from_section(config["ar_length_regulator"]),
-                                  device)
-    ar = load_ar(ar_state, ARConfig.from_section(config["ar"]), device)
+    cfm, cfm_regulator = _cfm_pair(files.cfm, config, device)
+    ar, ar_regulator = _ar_pair(files.ar, config, device)
     wide_config = AstralConfig.from_section(config["content_extractor_wide"])
     wide = load_quantizer(files.wide, wide_config, device)
     narrow = load_quantizer(files.narrow, AstralConfig.from_section(config["content_extractor_narrow"]), device)

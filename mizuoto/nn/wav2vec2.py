@@ -399,9 +399,12 @@ def base_model_state(state: dict[str, torch.Tensor], config: Wav2Vec2Config) -> 
     return dict(state)
 
 
-def load_state(model: Wav2Vec2, state: dict[str, torch.Tensor], dtype: torch.dtype | None = None) -> Wav2Vec2:
+def load_state(model: Wav2Vec2, state: dict[str, torch.Tensor], dtype: torch.dtype | None = None,
+               assign: bool = False) -> Wav2Vec2:
     """Load a transformers state dict into `model` (converted to `dtype`, default the model's), folding the
-    positional conv's weight norm in that dtype. Missing tensors or wrong shapes are a one-line CheckpointError."""
+    positional conv's weight norm in that dtype. Missing tensors or wrong shapes are a one-line CheckpointError.
+    `assign`: the state's tensors become the parameters (no copy where the dtype already agrees; `model` may be on
+    the meta device), so a load holds the weights once instead of twice."""
     dtype = dtype or next(model.parameters()).dtype
     state = base_model_state(state, model.config)
     weight_norm = {}
@@ -430,8 +433,11 @@ def load_state(model: Wav2Vec2, state: dict[str, torch.Tensor], dtype: torch.dty
             raise CheckpointError(f"{name} has shape {tuple(mapped[name].shape)} in the checkpoint and "
                                   f"{tuple(tensor.shape)} in the model its config.json describes")
     model.to(dtype)
-    chosen = {n: mapped[n] for n in expected if n in mapped}
-    model.load_state_dict(chosen, strict=False)
+    if assign:
+        chosen = {n: mapped[n].to(dtype) if mapped[n].is_floating_point() else mapped[n] for n in expected}
+        model.load_state_dict(chosen, strict=True, assign=True)
+    else:
+        model.load_state_dict({n: mapped[n] for n in expected if n in mapped}, strict=False)
     return model.eval()
 
 
@@ -441,9 +447,8 @@ def from_state(config: Wav2Vec2Config | dict, state: dict[str, torch.Tensor],
     if isinstance(config, dict):
         config = Wav2Vec2Config.from_dict(config)
     with torch.device("meta"):
-        model = Wav2Vec2(config)
-    model = model.to_empty(device="cpu").to(dtype)
-    return load_state(model, state, dtype)
+        model = Wav2Vec2(config)  # no memory: the state's own tensors become its parameters
+    return load_state(model, state, dtype, assign=True)
 
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
