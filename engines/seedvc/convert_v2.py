@@ -172,7 +172,7 @@ def _style_chunks(model, ctx, style, anonymization, source_narrow, ref_narrow, r
             else:
                 cond = model.ar_regulator(torch.cat([ref_reduced, chunk])[None])
             tokens = model.ar.generate(cond, no_prompt if anonymization else ref_wide, style.sampling, generator,
-                                       model.cache_dtype, model.ar_graphs(), before_step=ctx.raise_if_cancelled)
+                                       model.cache_dtype, model.graphs(), before_step=ctx.raise_if_cancelled)
             frames = int(frames_per_token * tokens.size(-1) * style.length_adjust)
             condition = model.cfm_regulator(tokens, torch.tensor([frames], device=device))
         record(f"ar/{index}", tokens)

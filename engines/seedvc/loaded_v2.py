@@ -90,7 +90,7 @@ class SeedVCV2Loaded:
     def flow(self) -> GraphedCall:
         """The CFM solve, replayed as one graph per chunk shape where CUDA graphs are usable (the graphs follow
         the weights: a model moved or offloaded captures again)."""
-        graphs = self.handle.graphs_for(self.options.cuda_graphs)
+        graphs = self.graphs()
         if self._flow is None or self._flow.graphs is not graphs:
             cfm = self.cfm
             self._flow = GraphedCall(lambda mu, lengths, prompt, style, generator, **options:
@@ -102,8 +102,8 @@ class SeedVCV2Loaded:
         """The AR's KV cache dtype: upstream's setup_ar_caches(dtype) with its conversion dtype."""
         return torch.float16 if self.float16 else torch.float32
 
-    def ar_graphs(self):
-        """The CUDA graphs the AR's step segments replay in (None: eager), kept with the weights."""
+    def graphs(self):
+        """The model's CUDA graphs (None: eager), kept with the weights: the CFM's and the AR's step segments."""
         return self.handle.graphs_for(self.options.cuda_graphs)
 
     def autocast(self):
