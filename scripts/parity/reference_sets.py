@@ -113,6 +113,8 @@ SETS = {s.name: s for s in (
                  upstream="seed-vc 0.4.3 (v2's AR style converter: NaiveWrapper.generate)"),
     ReferenceSet("seedvc_v2", "seedvc", (("seedvc_v2_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (VoiceConversionWrapper.convert_voice_with_streaming_arrays, v2)"),
+    ReferenceSet("gpt_sovits_t2s", None, (("gpt_sovits_t2s_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (Text2SemanticDecoder, as TTS.run calls it)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
