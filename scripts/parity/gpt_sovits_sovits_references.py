@@ -13,7 +13,8 @@ Per model (tiny sizes where upstream lets them be chosen; MRTE's 192/512, the 76
 as upstream's savee writes a file (float16, v2ProPlus with its version tag), read back as TTS.init_vits_weights
 reads it (the magic restored, load_state_dict(strict=False) into the float32 model). Then `decode` as TTS.run
 calls it (a list of reference spectrograms, noise_scale 0.5, seeded like set_seed) for one and two references
-and speeds 1, 1.25 and 0.8, and `extract_latent` on CN-HuBERT-sized features. OUTDIR/references.safetensors
+and speeds 1, 1.25 and 0.8, the references' spectrograms computed from waveforms by upstream's spectrogram_torch,
+and `extract_latent` on CN-HuBERT-sized features. OUTDIR/references.safetensors
 holds the inputs and upstream's outputs; OUTDIR/references.json the configs, the state dicts' names and shapes
 (the test rebuilds the files from them) and the cases.
 """
@@ -93,13 +94,33 @@ def inputs() -> dict:
             "text": torch.randint(0, 732, (1, PHONES), generator=g),
             "ssl": torch.randn(1, 768, 40, generator=g)}
     for i, frames in enumerate(FRAMES):
-        refs[f"refer{i}"] = torch.randn(1, SPEC_BINS, frames, generator=g).abs()
+        refs[f"wave{i}"] = torch.randn(1, frames * DATA["data"]["hop_length"], generator=g) * 0.3
         refs[f"sv{i}"] = torch.randn(1, 20480, generator=g)
     return refs
 
 
+def spectrogram(checkout: Path, wave: torch.Tensor) -> torch.Tensor:
+    """Upstream's mel_processing.spectrogram_torch as TTS._get_ref_spec calls it (center=False). The module imports
+    librosa's mel filters at the top, which this function never reaches: a stand-in module satisfies the import."""
+    import types
+
+    upstream(checkout)
+    if "librosa" not in sys.modules:
+        librosa = types.ModuleType("librosa")
+        librosa.filters = types.ModuleType("librosa.filters")
+        librosa.filters.mel = None
+        sys.modules["librosa"], sys.modules["librosa.filters"] = librosa, librosa.filters
+    from module.mel_processing import spectrogram_torch
+
+    d = DATA["data"]
+    return spectrogram_torch(wave, d["filter_length"], d["sampling_rate"], d["hop_length"], d["win_length"],
+                             center=False)
+
+
 def outputs(checkout: Path) -> tuple[dict, dict]:
     data = inputs()
+    for i in range(len(FRAMES)):
+        data[f"refer{i}"] = spectrogram(checkout, data[f"wave{i}"])
     refs, info = dict(data), {"models": {}, "cases": {}}
     models = {}
     for name in MODELS:
@@ -118,7 +139,7 @@ def outputs(checkout: Path) -> tuple[dict, dict]:
     return {k: v.contiguous().clone() for k, v in refs.items()}, info
 
 
-FLOATS = tuple(f"{c[0]}/audio" for c in CASES)
+FLOATS = ("refer0", "refer1", *(f"{c[0]}/audio" for c in CASES))
 
 
 def write(out: Path, checkout: Path) -> None:

@@ -4,9 +4,10 @@ Against tests/parity/data/gpt_sovits_sovits (scripts/parity/gpt_sovits_sovits_re
 SynthesizerTrn at RVC-Boss/GPT-SoVITS 48b1a01 under the parity pins). The weights files are rebuilt here from the
 names and shapes the set records and the writer's seeded fill (scripts/parity/gpt_sovits_weights.py), as
 upstream's trainer writes them (float16; v2ProPlus with its version tag over the zip magic), and read through
-`load_sovits`. In a pinned subprocess: `decode` with one and two references (their timbres averaged), speeds 1,
-1.25 and 0.8, v2ProPlus with ERes2NetV2 embeddings, the noise drawn from the request's generator as upstream
-draws it after set_seed; and `extract_latent` (the prompt's tokens). Bitwise where the set's fingerprint is this
+`load_sovits`. In a pinned subprocess: the references' spectrograms from their waveforms (upstream's
+spectrogram_torch against reference.linear_spectrogram), then `decode` from ours with one and two references
+(their timbres averaged), speeds 1, 1.25 and 0.8, v2ProPlus with ERes2NetV2 embeddings, the noise drawn from the
+request's generator as upstream draws it after set_seed; and `extract_latent` (the prompt's tokens). Bitwise where the set's fingerprint is this
 machine's; elsewhere (tests/fallback.py) the waveforms within TOLERANCE (measured spread: spread.json) and the
 latent tokens exactly (integers from a nearest-codeword search; a tie moved by rounding would fail loudly).
 In process: the version is told as upstream tells it (tag, md5, size, 322 symbols), an upstream HParams config
@@ -28,7 +29,7 @@ from fallback import Comparison  # noqa: E402
 from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
-from mizuoto.engines.gpt_sovits import sovits, sovits_weights  # noqa: E402
+from mizuoto.engines.gpt_sovits import reference, sovits, sovits_weights  # noqa: E402
 
 SET = "gpt_sovits_sovits"
 TOLERANCE = 3e-5
@@ -58,11 +59,15 @@ def ours(folder: Path, out: Path) -> dict:
     refs = load_file(str(folder / "references.safetensors"))
     recorded = json.loads((folder / "references.json").read_text())
     models = {name: sovits_weights.load_sovits(write_file(out.parent, name)) for name in recorded["models"]}
+    data = recorded["models"]["v2"]["config"]["data"]
     results = {}
     with torch.inference_mode():
+        for i in range(2):
+            results[f"refer{i}"] = reference.linear_spectrogram(refs[f"wave{i}"], data["filter_length"],
+                                                                data["hop_length"], data["win_length"])
         for name, case in recorded["cases"].items():
             model = models[case["model"]]
-            refers = [refs[f"refer{i}"] for i in range(case["references"])]
+            refers = [results[f"refer{i}"] for i in range(case["references"])]  # ours, from the waveforms
             sv = [refs[f"sv{i}"] for i in range(case["references"])] if model.config.is_pro else None
             results[f"{name}/audio"] = model.decode(refs["codes"], refs["text"], refers,
                                                     torch.Generator().manual_seed(case["seed"]), speed=case["speed"],
@@ -80,6 +85,8 @@ def test_upstreams_waveforms_and_latent(tmp_path, record_property):
     assert reply["versions"] == {"v2": "v2", "v2ProPlus": "v2ProPlus"}  # told from the files themselves
     comparison = Comparison.for_set(SET)
     theirs, mine = load_file(str(committed() / "references.safetensors")), load_file(str(out))
+    for name in ("refer0", "refer1"):
+        comparison.deterministic(f"{name}: spectrogram", mine[name], theirs[name], TOLERANCE)
     for name in info()["cases"]:
         comparison.deterministic(f"{name}: waveform", mine[f"{name}/audio"], theirs[f"{name}/audio"], TOLERANCE)
     assert torch.equal(mine["latent"], theirs["latent"]), "extract_latent's tokens differ from upstream's"
