@@ -8,8 +8,8 @@ upstream's trainer writes them (float16; v2ProPlus with its version tag over the
 spectrogram_torch against reference.linear_spectrogram), then `decode` from ours with one and two references
 (their timbres averaged), speeds 1, 1.25 and 0.8, v2ProPlus with ERes2NetV2 embeddings, the noise drawn from the
 request's generator as upstream draws it after set_seed; and `extract_latent` (the prompt's tokens). Bitwise
-where the set's fingerprint is this machine's; elsewhere (tests/fallback.py) the waveforms within TOLERANCE (measured spread: spread.json) and the
-latent tokens exactly (integers from a nearest-codeword search; a tie moved by rounding would fail loudly).
+where the set's fingerprint is this machine's; elsewhere (tests/fallback.py) the spectrograms and waveforms within
+TOLERANCE (measured spread: spread.json) and the latent tokens exactly (integers from a nearest-codeword search; a tie moved by rounding would fail loudly).
 In process: the version is told as upstream tells it (tag, md5, size, 322 symbols), an upstream HParams config
 reads as dicts while the load stays weights-only, and bad files and inputs are one-line errors.
 """
