@@ -7,7 +7,8 @@ weights, inputs and seed, in one process under the parity pins at `--threads` th
 
 - T2S: upstream's `infer_panel_batch_infer` (what api_v2's TTS.run calls) against Text2Semantic.generate, from the
   same GPT weights file; EOS's row is pushed down so that both run to the early stop (`--tokens`). Reported:
-  tokens per second (higher is faster), the best of `--repeats` after a warm-up, and whether the tokens agree.
+  tokens per second (higher is faster), the best of `--repeats` after a warm-up (the sides alternating), and
+  whether the tokens agree.
 - SoVITS: upstream's `SynthesizerTrn.decode` against SynthesizerV2.decode on `--tokens` semantic tokens (at 25 Hz)
   with a 5 s reference, from the same weights file; audio seconds per wall second, and the largest difference.
 
@@ -46,14 +47,16 @@ FULL_SOVITS = {"inter_channels": 192, "hidden_channels": 192, "filter_channels":
                "freeze_quantizer": True}
 
 
-def best(fn, repeats: int) -> tuple[float, object]:
-    out = fn()  # warm-up
-    times = []
+def best_of_both(upstream, ours, repeats: int) -> tuple[float, object, float, object]:
+    """Each side's best time over `repeats` after a warm-up, the two sides alternating (a slower minute of this
+    machine then touches both)."""
+    results, times = [upstream(), ours()], [[], []]
     for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return min(times), out
+        for side, fn in enumerate((upstream, ours)):
+            start = time.perf_counter()
+            results[side] = fn()
+            times[side].append(time.perf_counter() - start)
+    return min(times[0]), results[0], min(times[1]), results[1]
 
 
 def quiet(fn):
@@ -101,8 +104,7 @@ def bench_t2s(checkout: Path, size: str, tokens: int, repeats: int) -> dict:
             return ours.generate(phone_ids, bert, prompt, t2s.T2SSampling(**sampling),
                                  torch.Generator().manual_seed(0)).tokens
 
-    up_time, up_tokens = best(quiet(upstream), repeats)
-    our_time, our_tokens = best(mizuoto, repeats)
+    up_time, up_tokens, our_time, our_tokens = best_of_both(quiet(upstream), mizuoto, repeats)
     n = our_tokens.numel()
     return {"t2s_tokens": n, "upstream_tokens_per_s": round(n / up_time, 1),
             "ours_tokens_per_s": round(n / our_time, 1), "speedup": round(up_time / our_time, 3),
@@ -140,8 +142,7 @@ def bench_sovits(checkout: Path, size: str, tokens: int, repeats: int) -> dict:
         with torch.inference_mode():
             return ours.decode(codes, text, [refer], torch.Generator().manual_seed(3))
 
-    up_time, up_audio = best(upstream, repeats)
-    our_time, our_audio = best(mizuoto, repeats)
+    up_time, up_audio, our_time, our_audio = best_of_both(upstream, mizuoto, repeats)
     seconds = our_audio.shape[-1] / 32000
     return {"sovits_audio_s": round(seconds, 2), "upstream_audio_s_per_s": round(seconds / up_time, 2),
             "ours_audio_s_per_s": round(seconds / our_time, 2), "sovits_speedup": round(up_time / our_time, 3),
