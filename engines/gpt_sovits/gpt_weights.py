@@ -9,6 +9,7 @@ import torch
 
 from mizuoto.core.errors import CheckpointError
 
+from .checkpoint import load_exactly
 from .t2s import T2SConfig, Text2Semantic
 
 
@@ -32,13 +33,6 @@ def load_gpt(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32)
     """The T2S model of a GPT weights file, in eval mode on `device`; a file that does not fit its own config is
     a one-line error naming the first entries that differ."""
     config, state = read_gpt_weights(path)
-    model = Text2Semantic(config)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-    if missing or wrong:
-        problem = f"missing {missing[:3]}" if missing else f"shapes differ for {wrong[:3]}"
-        raise CheckpointError(f"{Path(path).name} does not match its own config ({problem}); the file is damaged "
-                              f"or not a GPT-SoVITS GPT weights file")
-    model.load_state_dict({k: state[k] for k in expected})
+    model = load_exactly(Text2Semantic(config), state, f"{Path(path).name} does not match its own config",
+                         "the file is damaged or not a GPT-SoVITS GPT weights file")
     return model.to(device=device, dtype=dtype).eval()

@@ -21,6 +21,7 @@ import torch
 
 from mizuoto.core.errors import CheckpointError
 
+from .checkpoint import load_exactly
 from .sovits import SoVITSConfig, SynthesizerV2
 
 SUPPORTED = ("v2", "v2Pro", "v2ProPlus")
@@ -108,13 +109,6 @@ def load_sovits(path: str | Path, device="cpu", dtype: torch.dtype = torch.float
     if embedding is None or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{Path(path).name} lacks its model config or its text embedding; the file is damaged")
     model = SynthesizerV2(SoVITSConfig.from_checkpoint(version, config["model"], embedding.shape[0]))
-    state = fold_weight_norm(state, dtype)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    wrong = sorted(k for k in expected if k in state and state[k].shape != expected[k].shape)
-    if missing or wrong:
-        problem = f"missing {missing[:3]}" if missing else f"shapes differ for {wrong[:3]}"
-        raise CheckpointError(f"{Path(path).name} does not match its config as a {version} model ({problem}); the "
-                              f"file is damaged, or pass the version it is")
-    model.load_state_dict({k: state[k] for k in expected})
+    load_exactly(model, fold_weight_norm(state, dtype), f"{Path(path).name} does not match its config as a {version} "
+                 "model", "the file is damaged, or pass the version it is")
     return model.to(device=device, dtype=dtype).eval()

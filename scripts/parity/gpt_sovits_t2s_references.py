@@ -21,18 +21,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import PINS, add_checkout_argument, checkout_record, pin_process  # noqa: E402
+from pinned import add_checkout_argument, apply_spread_child, checkout_record, is_spread_child, lifted_runs, pin_process  # noqa: E402
 
-SPREAD = "--spread" in sys.argv
-MEASURE = os.environ.get("GSV_REFERENCES_UNPINNED") == "1"  # a child of --spread: run as its env says
-if not SPREAD and not MEASURE:
+MEASURE = is_spread_child()
+if "--spread" not in sys.argv and not MEASURE:
     pin_process()
 
 import torch  # noqa: E402
@@ -180,34 +177,13 @@ def write(out: Path, checkout: Path) -> None:
     (out / "references.json").write_text(json.dumps(info, indent=1) + "\n")
 
 
-LIFTED = {
-    "no pins (machine defaults, 2 threads)": {"unset": list(PINS), "threads": 2, "mkldnn": True},
-    "ATEN_CPU_CAPABILITY=avx512": {"set": {"ATEN_CPU_CAPABILITY": "avx512"}},
-    "MKL_CBWR unset": {"unset": ["MKL_CBWR"]},
-    "oneDNN on": {"mkldnn": True},
-    "2 threads": {"threads": 2},
-}
 
 
 def spread(out: Path, checkout: Path) -> None:
     """Max |difference| of the float outputs between the pinned run and runs with a pin lifted, and whether the
     tokens stayed: OUTDIR/spread.json, which the test's tolerance is set from."""
-    from safetensors.torch import load_file
-
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {}
-        for label, change in {"pinned": {}, **LIFTED}.items():
-            if "avx512" in label and "avx512f" not in Path("/proc/cpuinfo").read_text():
-                continue  # this CPU has no such kernels (the run dies of SIGILL)
-            env = {**os.environ, **PINS, "GSV_REFERENCES_UNPINNED": "1"}
-            for name in change.get("unset", []):
-                env.pop(name, None)
-            env.update(change.get("set", {}))
-            env["GSV_THREADS"] = str(change.get("threads", 1))
-            env["GSV_MKLDNN"] = "1" if change.get("mkldnn") else "0"
-            target = Path(tmp) / str(len(runs))
-            subprocess.run([sys.executable, __file__, str(target), "--checkout", str(checkout)], env=env, check=True)
-            runs[label] = load_file(str(target / "references.safetensors"))
+        runs = lifted_runs(__file__, ["--checkout", checkout], tmp)
     pinned = runs.pop("pinned")
     report = {label: {k: float((r[k] - pinned[k]).abs().max()) for k in FLOATS}
               | {"tokens_equal": all(torch.equal(r[k], pinned[k]) for k in r if k.endswith(("/tokens", "/after")))}
@@ -230,8 +206,7 @@ if __name__ == "__main__":
     elif MEASURE:
         from safetensors.torch import save_file
 
-        torch.set_num_threads(int(os.environ["GSV_THREADS"]))
-        torch.backends.mkldnn.enabled = os.environ["GSV_MKLDNN"] == "1"
+        apply_spread_child()
         args.out.mkdir(parents=True, exist_ok=True)
         save_file(outputs(checkout)[0], str(args.out / "references.safetensors"))
     else:

@@ -130,3 +130,49 @@ def environment(packages) -> dict:
             "ATEN_CPU_CAPABILITY": os.environ.get("ATEN_CPU_CAPABILITY"),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "pins": PINS, "mkldnn": False,
             "versions": {name: version(name) for name in packages}, "python": sys.version.split()[0]}
+
+
+# --- measuring a writer's spread (how far its outputs move when a pin is lifted) -------------------------------
+# The environments a writer's --spread runs its computation in: each lifts one pin (or all) on this machine.
+LIFTED = {
+    "no pins (machine defaults, 2 threads)": {"unset": list(PINS), "threads": 2, "mkldnn": True},
+    "ATEN_CPU_CAPABILITY=avx512": {"set": {"ATEN_CPU_CAPABILITY": "avx512"}},
+    "MKL_CBWR unset": {"unset": ["MKL_CBWR"]},
+    "oneDNN on": {"mkldnn": True},
+    "2 threads": {"threads": 2},
+}
+UNPINNED = "PARITY_WRITER_UNPINNED"  # set in a --spread child: it runs as its environment says, unpinned
+
+
+def is_spread_child() -> bool:
+    return os.environ.get(UNPINNED) == "1"
+
+
+def apply_spread_child() -> None:
+    """In a --spread child, after importing torch: the threads and oneDNN setting its parent chose."""
+    import torch
+
+    torch.set_num_threads(int(os.environ["PARITY_WRITER_THREADS"]))
+    torch.backends.mkldnn.enabled = os.environ["PARITY_WRITER_MKLDNN"] == "1"
+
+
+def lifted_runs(script, args, tmp) -> dict:
+    """Run `script OUT *args` once pinned and once per LIFTED environment this CPU can run (an AVX-512 level
+    needs AVX-512), each as a --spread child writing OUT/references.safetensors; -> {label: its tensors}."""
+    import subprocess
+
+    from safetensors.torch import load_file
+
+    runs = {}
+    for label, change in {"pinned": {}, **LIFTED}.items():
+        if "avx512" in label and "avx512f" not in Path("/proc/cpuinfo").read_text():
+            continue  # this CPU has no such kernels (the run dies of SIGILL)
+        env = {**os.environ, **PINS, UNPINNED: "1", "PARITY_WRITER_THREADS": str(change.get("threads", 1)),
+               "PARITY_WRITER_MKLDNN": "1" if change.get("mkldnn") else "0"}
+        for name in change.get("unset", []):
+            env.pop(name, None)
+        env.update(change.get("set", {}))
+        target = Path(tmp) / str(len(runs))
+        subprocess.run([sys.executable, str(script), str(target), *map(str, args)], env=env, check=True)
+        runs[label] = load_file(str(target / "references.safetensors"))
+    return runs
