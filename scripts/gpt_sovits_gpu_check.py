@@ -1,0 +1,144 @@
+"""GPT-SoVITS v2 on a GPU at the released architectures (random weights): the T2S decode's tokens per second with
+its step as CUDA graph segments and without (bit for bit the same tokens), float32 and float16; the SoVITS
+decode's real-time factor; one fragment's synthesis (T2S + SoVITS) as a real-time factor and the time to its
+first audio; and the peak memory.
+
+    python scripts/gpt_sovits_gpu_check.py [--json OUT.json] [--tokens 250] [--device cuda]
+
+The models are Mizuoto's own modules at the released sizes (the GPT of s1longer-v2.yaml: 512 x 24, 16 heads,
+1025 semantic tokens; the SoVITS of s2.json with v2's 732 symbols), so no upstream package and no download is
+needed. EOS's row is pushed down so each request runs to `--tokens` tokens (about 10 s of speech at 25 Hz).
+The issue's goal on the lent H200: v2ProPlus RTF <= 0.02 and first audio <= 150 ms (upstream claims 0.014 on an
+RTX 4090). `--device cpu` runs the same script without graphs (to check it; its numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mizuoto.engines.gpt_sovits import sovits, synthesize, t2s  # noqa: E402
+from mizuoto.runtime.graphs import Graphs  # noqa: E402
+
+FULL_SOVITS = {"inter_channels": 192, "hidden_channels": 192, "filter_channels": 768, "n_heads": 2, "n_layers": 6,
+               "kernel_size": 3, "resblock": "1", "resblock_kernel_sizes": [3, 7, 11],
+               "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_rates": [10, 8, 2, 2, 2],
+               "upsample_initial_channel": 512, "upsample_kernel_sizes": [16, 16, 8, 2, 2], "gin_channels": 512,
+               "semantic_frame_rate": "25hz"}
+
+
+def random_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter drawn (norm scales and the positional alphas in [0.5, 1.5), biases small, weights at
+    1/sqrt(fan-in)), the codebook standard normal."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith(("alpha", "gamma")) or ("norm" in name and name.endswith("weight")):
+                p.copy_(torch.rand(p.shape, generator=g) + 0.5)
+            elif p.dim() == 1:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) / math.prod(p.shape[1:]) ** 0.5)
+        for name, b in module.named_buffers():
+            if name.endswith("embed"):
+                b.copy_(torch.randn(b.shape, generator=g))
+    return module.eval()
+
+
+def gpt(device, dtype) -> t2s.Text2Semantic:
+    config = t2s.T2SConfig(vocab_size=1025, phoneme_vocab_size=732, hidden_dim=512, heads=16, layers=24)
+    model = random_(t2s.Text2Semantic(config), 1)
+    with torch.no_grad():
+        model.ar_predict_layer.weight[config.eos] = -10 * model.blocks[-1].norm2.bias.sign()
+    return model.to(device, dtype)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int = 3):
+    fn()
+    sync(device)
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--tokens", type=int, default=250)
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    report, ok = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}, True
+    g = torch.Generator().manual_seed(2)
+    phones, prompt = torch.randint(0, 732, (60,), generator=g), torch.randint(0, 1024, (150,), generator=g)
+    bert = torch.randn(1024, 60, generator=g)
+    sampling = t2s.T2SSampling()
+    for dtype in (torch.float32, torch.float16):
+        model = gpt(device, dtype)
+        model.config = t2s.T2SConfig(**{**model.config.__dict__, "max_sec": args.tokens / 50})
+        runs = {}
+        for graphs in ((None, Graphs(device)) if device.type == "cuda" else (None,)):
+            def run(graphs=graphs, model=model, dtype=dtype):
+                with torch.inference_mode():
+                    return model.generate(phones.to(device), bert.to(device, dtype), prompt.to(device), sampling,
+                                          torch.Generator(device).manual_seed(3), graphs=graphs).tokens
+            seconds, tokens = timed(run, device)
+            runs["graphs" if graphs is not None else "eager"] = (seconds, tokens)
+        name = str(dtype).removeprefix("torch.")
+        for kind, (seconds, tokens) in runs.items():
+            report[f"t2s_{name}_{kind}_tokens_per_s"] = round(tokens.numel() / seconds, 1)
+        if "graphs" in runs:
+            same = bool(torch.equal(runs["graphs"][1], runs["eager"][1]))
+            report[f"t2s_{name}_graphs_same_tokens"] = same
+            ok &= same
+    config = sovits.SoVITSConfig.from_checkpoint("v2", FULL_SOVITS, 732)
+    synth = random_(sovits.SynthesizerV2(config), 4).to(device)
+    codes = torch.randint(0, 1024, (1, 1, args.tokens), generator=g).to(device)
+    text = torch.randint(0, 732, (1, 80), generator=g).to(device)
+    refer = torch.randn(1, 1025, 250, generator=g).abs().to(device)
+    seconds, audio = timed(lambda: synth.decode(codes, text, [refer], torch.Generator(device).manual_seed(5)), device)
+    report["sovits_rtf"] = round(seconds / (audio.shape[-1] / 32000), 4)
+    model = gpt(device, torch.float32)
+    model.config = t2s.T2SConfig(**{**model.config.__dict__, "max_sec": args.tokens / 50})
+    graphs = Graphs(device) if device.type == "cuda" else None
+    fragment = synthesize.Fragment(tuple(phones[30:].tolist()), bert[:, 30:], "x" * 30)
+    ref = synthesize.Prompt(tuple(phones[:30].tolist()), bert[:, :30], prompt)
+
+    def speak():
+        with torch.inference_mode():
+            return synthesize.synthesize(model, synth, [fragment], ref, [refer], sampling,
+                                         torch.Generator(device).manual_seed(6), graphs=graphs, fragment_interval=0)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    seconds, wave = timed(speak, device)
+    report["fragment_audio_s"] = round(wave.shape[-1] / 32000, 2)
+    report["fragment_rtf"] = round(seconds / (wave.shape[-1] / 32000), 4)
+    report["first_audio_ms"] = round(seconds * 1000, 1)  # one fragment: its audio is the first audio
+    if device.type == "cuda":
+        report["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
+    report["ok"] = ok
+    print(json.dumps(report, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
