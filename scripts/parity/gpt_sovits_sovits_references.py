@@ -21,7 +21,6 @@ holds the inputs and upstream's outputs; OUTDIR/references.json the configs, the
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -30,10 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt_sovits_weights import sovits_file_bytes, sovits_state  # noqa: E402
-from pinned import add_checkout_argument, apply_spread_child, checkout_record, is_spread_child, lifted_runs, pin_process  # noqa: E402
+from pinned import checkout_record, checkout_writer_main, is_spread_child, lifted_runs, pin_process, save_spread  # noqa: E402
 
-MEASURE = is_spread_child()
-if "--spread" not in sys.argv and not MEASURE:
+if "--spread" not in sys.argv and not is_spread_child():
     pin_process()
 
 import torch  # noqa: E402
@@ -167,26 +165,8 @@ def spread(out: Path, checkout: Path) -> None:
     pinned = runs.pop("pinned")
     report = {label: {k: float((r[k] - pinned[k]).abs().max()) for k in FLOATS}
               | {"latent_equal": bool(torch.equal(r["latent"], pinned["latent"]))} for label, r in runs.items()}
-    report["max"] = {k: max(r[k] for r in report.values()) for k in FLOATS}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "spread.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report, indent=1))
+    save_spread(out, report, FLOATS)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--spread", action="store_true")
-    add_checkout_argument(parser)
-    args = parser.parse_args()
-    checkout = args.checkout.resolve()
-    if args.spread:
-        spread(args.out, checkout)
-    elif MEASURE:
-        from safetensors.torch import save_file
-
-        apply_spread_child()
-        args.out.mkdir(parents=True, exist_ok=True)
-        save_file(outputs(checkout)[0], str(args.out / "references.safetensors"))
-    else:
-        write(args.out, checkout)
+    checkout_writer_main(__doc__.split("\n\n")[0], write, spread, outputs)

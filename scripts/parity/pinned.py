@@ -176,3 +176,36 @@ def lifted_runs(script, args, tmp) -> dict:
         subprocess.run([sys.executable, str(script), str(target), *map(str, args)], env=env, check=True)
         runs[label] = load_file(str(target / "references.safetensors"))
     return runs
+
+
+def save_spread(out, report: dict, floats) -> None:
+    """A --spread report {lifted environment: {output: max |diff|, ...}} with its per-output maximum added, written
+    to OUT/spread.json (the set's writer keeps it in references.json) and printed."""
+    import json
+
+    report["max"] = {k: max(r[k] for r in report.values()) for k in floats}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "spread.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+
+
+def checkout_writer_main(description: str, write, spread, outputs) -> None:
+    """The command line of a GitHub-only upstream's writer: `OUT --checkout PATH [--spread]`. `write(out,
+    checkout)` writes the set, `spread(out, checkout)` measures it, and in a --spread child `outputs(checkout)[0]`
+    (the reference tensors) is saved to OUT/references.safetensors."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--spread", action="store_true")
+    add_checkout_argument(parser)
+    args = parser.parse_args()
+    checkout = args.checkout.resolve()
+    if args.spread:
+        spread(args.out, checkout)
+    elif is_spread_child():
+        from safetensors.torch import save_file
+
+        apply_spread_child()
+        args.out.mkdir(parents=True, exist_ok=True)
+        save_file(outputs(checkout)[0], str(args.out / "references.safetensors"))
+    else:
+        write(args.out, checkout)
