@@ -117,6 +117,9 @@ SETS = {s.name: s for s in (
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (Text2SemanticDecoder, as TTS.run calls it)"),
     ReferenceSet("gpt_sovits_sovits", None, (("gpt_sovits_sovits_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (SynthesizerTrn v2 / v2ProPlus: decode, extract_latent)"),
+    ReferenceSet("gpt_sovits_text_split", None,
+                 (("gpt_sovits_text_split_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text_segmentation_method, TextPreprocessor.pre_seg_text)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
