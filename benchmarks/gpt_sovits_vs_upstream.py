@@ -37,15 +37,6 @@ pin_process()
 
 import torch  # noqa: E402
 
-FULL_GPT = {"vocab_size": 1025, "phoneme_vocab_size": 732, "embedding_dim": 512, "hidden_dim": 512, "head": 16,
-            "linear_units": 2048, "n_layer": 24, "dropout": 0, "EOS": 1024}
-FULL_SOVITS = {"inter_channels": 192, "hidden_channels": 192, "filter_channels": 768, "n_heads": 2, "n_layers": 6,
-               "kernel_size": 3, "p_dropout": 0.1, "resblock": "1", "resblock_kernel_sizes": [3, 7, 11],
-               "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_rates": [10, 8, 2, 2, 2],
-               "upsample_initial_channel": 512, "upsample_kernel_sizes": [16, 16, 8, 2, 2], "n_layers_q": 3,
-               "use_spectral_norm": False, "gin_channels": 512, "semantic_frame_rate": "25hz",
-               "freeze_quantizer": True}
-
 
 def best_of_both(upstream, ours, repeats: int) -> tuple[float, object, float, object]:
     """Each side's best time over `repeats` after a warm-up, the two sides alternating (a slower minute of this
@@ -73,7 +64,7 @@ def bench_t2s(checkout: Path, size: str, tokens: int, repeats: int) -> dict:
     from mizuoto.engines.gpt_sovits import t2s
     from mizuoto.engines.gpt_sovits.gpt_weights import load_gpt
 
-    config = {"model": writer.CONFIG["model"] if size == "tiny" else FULL_GPT, "data": {"max_sec": tokens / 50}}
+    config = {"model": writer.CONFIG["model"] if size == "tiny" else t2s.RELEASED_V2, "data": {"max_sec": tokens / 50}}
     theirs = writer.upstream(checkout)(config, top_k=3).eval()
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -115,9 +106,10 @@ def bench_sovits(checkout: Path, size: str, tokens: int, repeats: int) -> dict:
     import gpt_sovits_sovits_references as writer
     from gpt_sovits_weights import sovits_file_bytes, sovits_state
 
+    from mizuoto.engines.gpt_sovits import sovits
     from mizuoto.engines.gpt_sovits.sovits_weights import load_sovits
 
-    spec = {"version": "v2", "model": {**(writer.TINY if size == "tiny" else FULL_SOVITS), "gin_channels": 512}}
+    spec = {"version": "v2", "model": {**(writer.TINY if size == "tiny" else sovits.RELEASED_V2), "gin_channels": 512}}
     data = {**writer.DATA, "data": {**writer.DATA["data"], "filter_length": 2048, "win_length": 2048}}
     config = {**data, "model": {**spec["model"], "version": "v2"}}
     theirs = writer.upstream(checkout)(1025, 32, n_speakers=300, **config["model"]).eval()

@@ -28,12 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mizuoto.engines.gpt_sovits import sovits, synthesize, t2s  # noqa: E402
 from mizuoto.runtime.graphs import Graphs  # noqa: E402
 
-FULL_SOVITS = {"inter_channels": 192, "hidden_channels": 192, "filter_channels": 768, "n_heads": 2, "n_layers": 6,
-               "kernel_size": 3, "resblock": "1", "resblock_kernel_sizes": [3, 7, 11],
-               "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_rates": [10, 8, 2, 2, 2],
-               "upsample_initial_channel": 512, "upsample_kernel_sizes": [16, 16, 8, 2, 2], "gin_channels": 512,
-               "semantic_frame_rate": "25hz"}
-
 
 def random_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """Every parameter drawn (norm scales and the positional alphas in [0.5, 1.5), biases small, weights at
@@ -54,7 +48,7 @@ def random_(module: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def gpt(device, dtype) -> t2s.Text2Semantic:
-    config = t2s.T2SConfig(vocab_size=1025, phoneme_vocab_size=732, hidden_dim=512, heads=16, layers=24)
+    config = t2s.T2SConfig.from_checkpoint({"model": t2s.RELEASED_V2})
     model = random_(t2s.Text2Semantic(config), 1)
     with torch.no_grad():
         model.ar_predict_layer.weight[config.eos] = -10 * model.blocks[-1].norm2.bias.sign()
@@ -108,7 +102,7 @@ def main() -> int:
             same = bool(torch.equal(runs["graphs"][1], runs["eager"][1]))
             report[f"t2s_{name}_graphs_same_tokens"] = same
             ok &= same
-    config = sovits.SoVITSConfig.from_checkpoint("v2", FULL_SOVITS, 732)
+    config = sovits.SoVITSConfig.from_checkpoint("v2", sovits.RELEASED_V2, 732)
     synth = random_(sovits.SynthesizerV2(config), 4).to(device)
     codes = torch.randint(0, 1024, (1, 1, args.tokens), generator=g).to(device)
     text = torch.randint(0, 732, (1, 80), generator=g).to(device)

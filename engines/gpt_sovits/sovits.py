@@ -35,6 +35,14 @@ MRTE_HIDDEN = 512
 SV_DIM = 20480  # ERes2NetV2's embedding (v2Pro, v2ProPlus)
 LRELU_SLOPE = 0.1
 V2PRO = ("v2Pro", "v2ProPlus")
+# The released v2 SoVITS' `model` config (configs/s2.json; v2Pro's differs in gin_channels 1024): benchmarks and the
+# GPU check build it
+RELEASED_V2 = {"inter_channels": 192, "hidden_channels": 192, "filter_channels": 768, "n_heads": 2, "n_layers": 6,
+               "kernel_size": 3, "p_dropout": 0.1, "resblock": "1", "resblock_kernel_sizes": [3, 7, 11],
+               "resblock_dilation_sizes": [[1, 3, 5], [1, 3, 5], [1, 3, 5]], "upsample_rates": [10, 8, 2, 2, 2],
+               "upsample_initial_channel": 512, "upsample_kernel_sizes": [16, 16, 8, 2, 2], "n_layers_q": 3,
+               "use_spectral_norm": False, "gin_channels": 512, "semantic_frame_rate": "25hz",
+               "freeze_quantizer": True}
 
 
 @dataclass(frozen=True)

@@ -73,13 +73,17 @@ def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[s
     """(version, config, state dict) of a SoVITS weights file; `version` overrides what the file says."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            head = file.read(8192)
+        size = path.stat().st_size
     except OSError as error:
         raise CheckpointError(f"cannot read the SoVITS weights {path}: {error.strerror}") from None
-    told = sovits_version(path, data[:8192], len(data))
+    told = sovits_version(path, head, size)
+    # a plain zip is read from the file; a tagged one needs its magic back, in memory (load_sovits_new's way)
+    source = str(path) if head[:2] == b"PK" else io.BytesIO(b"PK" + path.read_bytes()[2:])
     try:
         with torch.serialization.safe_globals([_HParams]):
-            loaded = torch.load(io.BytesIO(b"PK" + data[2:]), map_location="cpu", weights_only=True)
+            loaded = torch.load(source, map_location="cpu", weights_only=True)
     except Exception as error:  # any reader failure is a bad file, said in one line
         raise CheckpointError(f"{path} is not a readable SoVITS weights file "
                               f"({' '.join(str(error).split())[:160]}); export it again or download it again") from None

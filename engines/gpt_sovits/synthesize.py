@@ -67,6 +67,7 @@ def synthesize(t2s: Text2Semantic, sovits: SynthesizerV2, fragments: list[Fragme
     if fragment_interval < 0:
         raise InputError(f"fragment_interval must be 0 or more seconds, got {fragment_interval}")
     order = processing_order(fragments, split_bucket, speed)
+    device, dtype = t2s.bert_proj.weight.device, t2s.bert_proj.weight.dtype
     pieces: dict[int, torch.Tensor] = {}
     for done, index in enumerate(order):
         if before_fragment is not None:
@@ -78,8 +79,7 @@ def synthesize(t2s: Text2Semantic, sovits: SynthesizerV2, fragments: list[Fragme
             semantic = prompt.semantic
         else:
             phones, bert, semantic = torch.tensor(fragment.phones, dtype=torch.long), fragment.bert, None
-        device = t2s.bert_proj.weight.device
-        result = t2s.generate(phones.to(device), bert.to(device, t2s.bert_proj.weight.dtype),
+        result = t2s.generate(phones.to(device), bert.to(device, dtype),
                               None if semantic is None else semantic.to(device), sampling, generator,
                               parallel_infer=parallel_infer, graphs=graphs, before_step=before_step)
         text = torch.tensor([fragment.phones], dtype=torch.long, device=device)

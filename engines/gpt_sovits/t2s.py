@@ -36,7 +36,7 @@ from torch import nn
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.runtime import accel
 from mizuoto.runtime.graphs import Graphs, LayerSteps
-from mizuoto.runtime.sampling import multinomial1, repetition_penalty_seen
+from mizuoto.runtime.sampling import check_race_sampling, multinomial1, repetition_penalty_seen
 
 ATTENTION = accel.Site("gpt_sovits.t2s", approx_ok=False)
 
@@ -45,6 +45,9 @@ MAX_STEPS = 1500  # infer_panel's loop
 EOS_FROM = 11  # EOS's column is cut off at steps 0..10 ("at least 10 tokens before stopping")
 SINE_POSITIONS = 4000  # SinePositionalEmbedding's table, extended when a sequence is longer
 HZ = 50  # TTS.init_t2s_weights: early_stop_num = hz * config["data"]["max_sec"]
+# The released v2 GPT's `model` config (configs/s1longer-v2.yaml): benchmarks and the GPU check build it
+RELEASED_V2 = {"vocab_size": 1025, "phoneme_vocab_size": 732, "embedding_dim": 512, "hidden_dim": 512, "head": 16,
+               "linear_units": 2048, "n_layer": 24, "dropout": 0, "EOS": 1024}
 
 
 @dataclass(frozen=True)
@@ -107,12 +110,7 @@ class T2SSampling:
     def __post_init__(self):
         if self.top_k < 1:
             raise InputError(f"top_k must be at least 1, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise InputError(f"top_p must be above 0 and at most 1, got {self.top_p}")
-        if not self.temperature > 0:
-            raise InputError(f"temperature must be above 0, got {self.temperature}")
-        if not self.repetition_penalty > 0:
-            raise InputError(f"repetition_penalty must be above 0, got {self.repetition_penalty}")
+        check_race_sampling(self.top_p, self.temperature, self.repetition_penalty)
 
 
 def sine_table(dim: int, positions: int) -> torch.Tensor:
@@ -173,8 +171,9 @@ class KVCache:
 
     def __init__(self, config: T2SConfig, positions: int, device, dtype: torch.dtype):
         shape = (1, positions, config.hidden_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.layers)]
+        # never read beyond what is written (a step attends to [:length + 1]): no need to clear it
+        self.keys = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.layers)]
+        self.values = [torch.empty(shape, device=device, dtype=dtype) for _ in range(config.layers)]
         self.positions = positions
         self.length = 0
 

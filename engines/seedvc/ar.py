@@ -38,7 +38,7 @@ from mizuoto.nn.s2mel_dit import FeedForward, RMSNorm, gpt_fast_hidden, rope_tab
 from mizuoto.runtime import accel
 from mizuoto.runtime.accel import MaskInfo
 from mizuoto.runtime.graphs import Graphs, LayerSteps
-from mizuoto.runtime.sampling import multinomial1
+from mizuoto.runtime.sampling import check_race_sampling, multinomial1
 
 from .regulator_v2 import load_strictly
 
@@ -114,12 +114,7 @@ class Sampling:
     repetition_penalty: float = 1.0
 
     def __post_init__(self):
-        if not 0.0 < self.top_p <= 1.0:
-            raise InputError(f"top_p must be above 0 and at most 1, got {self.top_p}")
-        if not self.temperature > 0:
-            raise InputError(f"temperature must be above 0, got {self.temperature}")
-        if not self.repetition_penalty > 0:
-            raise InputError(f"repetition_penalty must be above 0, got {self.repetition_penalty}")
+        check_race_sampling(self.top_p, self.temperature, self.repetition_penalty)
 
 
 class KVCache:

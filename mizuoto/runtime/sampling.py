@@ -81,6 +81,17 @@ class SamplingParams:
             raise InputError(f"min_tokens_to_keep must be 1 or more, got {self.min_tokens_to_keep}")
 
 
+def check_race_sampling(top_p: float, temperature: float, repetition_penalty: float) -> None:
+    """The values an upstream `logits_to_probs` sampler (gpt-fast's: top-p, temperature, repetition penalty, then
+    the exponential race) accepts; anything else is a one-line InputError naming it."""
+    if not 0.0 < top_p <= 1.0:
+        raise InputError(f"top_p must be above 0 and at most 1, got {top_p}")
+    if not temperature > 0:
+        raise InputError(f"temperature must be above 0, got {temperature}")
+    if not repetition_penalty > 0:
+        raise InputError(f"repetition_penalty must be above 0, got {repetition_penalty}")
+
+
 def _device(device) -> torch.device:
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
