@@ -3,7 +3,9 @@
 # (scripts/parity/gpt_sovits_*_references.py) run upstream's own modules from a checkout of RVC-Boss/GPT-SoVITS
 # (GitHub only, not installable: the writers put its GPT_SoVITS/ folder on sys.path and take the checkout's path
 # as --checkout; reference_sets.py write gpt_sovits_t2s --checkout PATH --python VENV/bin/python).
-# CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly: AR/models/t2s_model.py
+# CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly (the text front end: jieba_fast
+# (a C build) and jieba, pypinyin, cn2an, OpenCC, transformers' tokenizer, onnxruntime and onnx for G2PW, and g2pw
+# 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from): AR/models/t2s_model.py
 # imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py imports einops and, through
 # f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils. The checkout's large files (the English
 # dictionary pickle, the Japanese user dictionary) need not be present: mark them skip-worktree so the recorded
@@ -14,17 +16,42 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q --no-deps -r /dev/stdin <<'PINS'
+certifi==2026.10.19.post1
+charset-normalizer==3.5.3
+cn2an==0.5.24
 einops==0.8.2
 einx==0.4.3
+filelock==4.3.2
+flatbuffers==25.12.19
 frozendict==2.5.1
+fsspec==2026.9.0
+g2pw==0.1.2
+hf-xet==1.8.0
+huggingface_hub==0.36.2
+idna==3.20
+jieba==0.42.1
+jieba_fast==0.53
 lightning-utilities==0.15.3
 loguru==0.7.3
+ml_dtypes==0.7.0
 numpy==2.4.6
+onnx==1.23.2
+onnxruntime==1.32.0
+OpenCC==1.4.2
 packaging==26.4
+proces==0.1.7
+protobuf==7.36.2
+pypinyin==0.55.0
+PyYAML==6.0.4
+regex==2026.11.19
+requests==2.34.2
 safetensors==0.8.0
+tokenizers==0.22.2
 torch-einops-utils==0.2.0
 torchmetrics==1.9.0
 tqdm==4.70.1
+transformers==4.57.3
 typing_extensions==4.16.0
+urllib3==2.8.0
 x-transformers==2.31.10
 PINS

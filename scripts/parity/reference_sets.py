@@ -120,6 +120,15 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_text_split", None,
                  (("gpt_sovits_text_split_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text_segmentation_method, TextPreprocessor.pre_seg_text)"),
+    ReferenceSet("gpt_sovits_zh_normalize", None,
+                 (("gpt_sovits_zh_normalize_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/zh_normalization: TextNormalizer, char_convert)"),
+    ReferenceSet("gpt_sovits_zh_g2p", None,
+                 (("gpt_sovits_zh_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/chinese2.py: text_normalize, g2p; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
+                          "0.1.2's module.G2PW)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

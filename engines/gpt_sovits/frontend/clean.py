@@ -1,0 +1,39 @@
+"""cleaner.clean_text for the v2 family (text/cleaner.py at 48b1a01): one language's text -> (phones, word2ph,
+normalised text), and the phones' ids in the 732-phone v2 table (text/__init__.cleaned_text_to_sequence).
+
+A Chinese text holding ￥ or ^ takes upstream's pause path: the mark is read as a comma and every comma phone
+becomes SP2 (￥) or SP3 (^), a longer pause than a comma."""
+
+from __future__ import annotations
+
+from mizuoto.core.errors import InputError
+
+from . import chinese
+from .zh_data import symbol_ids
+
+_PAUSES = (("￥", "SP2"), ("^", "SP3"))  # cleaner.special: the first one present wins
+BUILT = ("zh",)
+
+
+def clean_text(text: str, language: str, *, g2pw=None) -> tuple[list[str], list[int] | None, str]:
+    if language not in BUILT:
+        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh")
+    for mark, pause in _PAUSES:
+        if mark in text:
+            normalized = chinese.text_normalize(text.replace(mark, ","))
+            phones, word2ph = chinese.g2p(normalized, g2pw)
+            return [pause if phone == "," else phone for phone in phones], word2ph, normalized
+    normalized = chinese.text_normalize(text)
+    phones, word2ph = chinese.g2p(normalized, g2pw)
+    if len(normalized) != len(word2ph):
+        raise InputError(f"{len(word2ph)} characters got phones out of {len(normalized)} in {normalized!r}")
+    known = symbol_ids()
+    return ["UNK" if phone not in known else phone for phone in phones], word2ph, normalized
+
+
+def phone_ids(phones: list[str]) -> list[int]:
+    known = symbol_ids()
+    unknown = [phone for phone in phones if phone not in known]
+    if unknown:
+        raise InputError(f"phones {unknown[:5]} are not in GPT-SoVITS's v2 phone table")
+    return [known[phone] for phone in phones]
