@@ -14,6 +14,7 @@ G2PW's polyphone model is a BERT-base too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -73,9 +74,24 @@ class Embeddings(nn.Module):
         return self.LayerNorm(x)
 
 
+def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """transformers' eager BertSelfAttention (4.57.3, the ops torch's exporter wrote into G2PW's ONNX file):
+    q·kᵀ, divided by √d, plus the additive mask, softmax, times v. Handwritten, not a site (the seed lists G2PW's
+    BERT among the attentions that stay handwritten)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def site_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    return accel.attention(q, k, v, site=ATTENTION, mask=mask)
+
+
 class SelfAttention(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, attend=site_attention):
         super().__init__()
+        self.attend = attend
         hidden = config.hidden_size
         self.heads, self.head_dim = config.num_attention_heads, hidden // config.num_attention_heads
         self.query = nn.Linear(hidden, hidden)
@@ -86,7 +102,7 @@ class SelfAttention(nn.Module):
         b, n, _ = x.shape
         q, k, v = (proj(x).view(b, -1, self.heads, self.head_dim).transpose(1, 2)
                    for proj in (self.query, self.key, self.value))
-        out = accel.attention(q, k, v, site=ATTENTION, mask=mask)
+        out = self.attend(q, k, v, mask)
         return out.transpose(1, 2).reshape(b, n, self.heads * self.head_dim)
 
 
@@ -103,9 +119,9 @@ class DenseNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, attend=site_attention):
         super().__init__()
-        self.self = SelfAttention(config)
+        self.self = SelfAttention(config, attend)
         self.output = DenseNorm(config.hidden_size, config)
 
 
@@ -120,9 +136,9 @@ class Intermediate(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, attend=site_attention):
         super().__init__()
-        self.attention = Attention(config)
+        self.attention = Attention(config, attend)
         self.intermediate = Intermediate(config)
         self.output = DenseNorm(config.intermediate_size, config)
 
@@ -138,12 +154,15 @@ class BertOutput:
 
 
 class Bert(nn.Module):
-    def __init__(self, config: BertConfig):
+    """`attend(q, k, v, additive mask or None)`: the `bert.attn` site unless a model's upstream computes its
+    attention in a way a fused kernel does not (G2PW: eager_attention)."""
+
+    def __init__(self, config: BertConfig, attend=site_attention):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
         self.encoder = nn.Module()
-        self.encoder.layer = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.encoder.layer = nn.ModuleList(Layer(config, attend) for _ in range(config.num_hidden_layers))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, output_hidden_states: bool = False) -> BertOutput:
