@@ -46,7 +46,7 @@ pin_process()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from gpt_sovits_g2pw_tiny import build_g2pw, export_tiny_g2pw  # noqa: E402
+from gpt_sovits_g2pw_tiny import export_tiny_g2pw  # noqa: E402
 
 # POLYPHONIC_CHARS.txt of the tiny folder (traditional characters, bopomofo with tone digits, as released): each
 # word below is a character and one of its readings
