@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Extracts the data tables of GPT-SoVITS's Chinese front end from an RVC-Boss/GPT-SoVITS checkout into
-engines/gpt_sovits/frontend/data/, so that the shipped tables are reproducible from the commit they came from.
+engines/gpt_sovits/assets/, so that the shipped tables are reproducible from the commit they came from.
 Only data is taken (word lists, symbol tables, dictionaries); the code that uses them is ours.
 
     python scripts/parity/gpt_sovits_zh_data.py --checkout PATH
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pinned import add_checkout_argument, checkout_record  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "engines" / "gpt_sovits" / "frontend" / "data"
+DATA = Path(__file__).resolve().parents[2] / "engines" / "gpt_sovits" / "assets"
 
 
 def literal(source: Path, name: str):

@@ -1,4 +1,4 @@
-"""The tables GPT-SoVITS's Chinese front end reads (data/, extracted from upstream at 48b1a01 by
+"""The tables GPT-SoVITS's Chinese front end reads (../assets/, extracted from upstream at 48b1a01 by
 scripts/parity/gpt_sovits_zh_data.py): each loaded once, on first use, so importing the front end costs nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "assets"  # engines/gpt_sovits/assets/
 
 
 @cache
