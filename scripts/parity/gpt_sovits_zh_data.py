@@ -10,6 +10,7 @@ alone), so it needs none of the packages upstream imports and runs in any Python
 - zh_word_lists.json: tone_sandhi.py's must_neural_tone_words / must_not_neural_tone_words, chinese2.py's
   must_erhua / not_erhua, g2pw/onnx_api.py's non_polyphonic / non_monophonic, symbols.py's punctuation and
   symbols2.py's ordered v2 symbol table (the phone ids);
+- zh_char_convert.json: zh_normalization/char_convert.py's paired simplified / traditional character strings;
 - opencpop-strict.txt (pinyin -> initial and final), polyphonic.rep and polyphonic-fix.rep.gz (the whole-word
   pronunciation corrections G2PW's output gets): copied unchanged (the second gzipped).
 """
@@ -70,12 +71,17 @@ def main() -> None:
         "symbols_v2": v2_symbols(text),
     }
     DATA.mkdir(parents=True, exist_ok=True)
+    convert = text / "zh_normalization" / "char_convert.py"
+    pairs = {"upstream": record, "simplified": literal(convert, "simplified_charcters"),
+             "traditional": literal(convert, "traditional_characters")}
+    assert len(pairs["simplified"]) == len(pairs["traditional"])
+    (DATA / "zh_char_convert.json").write_text(json.dumps(pairs, ensure_ascii=False) + "\n", encoding="utf-8")
     (DATA / "zh_word_lists.json").write_text(json.dumps(lists, ensure_ascii=False, indent=0) + "\n", encoding="utf-8")
     shutil.copyfile(text / "opencpop-strict.txt", DATA / "opencpop-strict.txt")
     shutil.copyfile(text / "g2pw" / "polyphonic.rep", DATA / "polyphonic.rep")
     raw = (text / "g2pw" / "polyphonic-fix.rep").read_bytes()
     (DATA / "polyphonic-fix.rep.gz").write_bytes(gzip.compress(raw, compresslevel=9, mtime=0))
-    for name in ("zh_word_lists.json", "opencpop-strict.txt", "polyphonic.rep"):
+    for name in ("zh_char_convert.json", "zh_word_lists.json", "opencpop-strict.txt", "polyphonic.rep"):
         print(name, hashlib.sha256((DATA / name).read_bytes()).hexdigest())
     print("polyphonic-fix.rep (inside the .gz)", hashlib.sha256(raw).hexdigest())
 
