@@ -14,17 +14,15 @@ and the method's own output; and OUTDIR/references.json: the upstream commit and
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib.util
-import json
 import re
 import sys
 import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import add_checkout_argument, checkout_record, write_golden  # noqa: E402
+from pinned import checkout_golden_arguments, write_golden_set  # noqa: E402
 
 TEXTS = {
     "zh": "先帝创业未半而中道崩殂，今天下三分，益州疲弊，此诚危急存亡之秋也。然侍卫之臣不懈于内，忠志之士忘身于外者，"
@@ -78,11 +76,7 @@ def fragments(preprocessor, text: str, language: str, method: str):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    add_checkout_argument(parser)
-    args = parser.parse_args()
-    checkout = args.checkout.resolve()
+    out, checkout, record = checkout_golden_arguments(__doc__.split("\n\n")[0], "RVC-Boss/GPT-SoVITS")
     segmentation, preprocessor = upstream(checkout)
     cases = {}
     for name, text in {**TEXTS, "blank": " \n \n"}.items():
@@ -92,10 +86,7 @@ def main() -> None:
                                          "method_output": segmentation.get_method(method)(text.strip("\n") or " "),
                                          "fragments": fragments(preprocessor, text, language, method)}
     cases["long/split_big_text"] = {"text": TEXTS["long"], "pieces": segmentation.split_big_text(TEXTS["long"])}
-    record = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout)}
-    write_golden(args.out, "text_split", {"upstream": record, "cases": cases})
-    (args.out / "references.json").write_text(json.dumps({"upstream": record, "golden": "golden/text_split.json",
-                                                          "cases": sorted(cases)}, indent=1) + "\n")
+    write_golden_set(out, "text_split", record, {"cases": cases})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ recorded, as it does at 48b1a01): the checkout is never written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import add_checkout_argument, checkout_record, write_golden  # noqa: E402
+from pinned import checkout_golden_arguments, write_golden_set  # noqa: E402
 
 TEXTS = {
     "greeting": "你好，世界！",
@@ -136,13 +135,7 @@ def margins(chinese2, sentences: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    add_checkout_argument(parser)
-    args = parser.parse_args()
-    checkout = args.checkout.resolve()
-    out = args.out.resolve()
-    record = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout)}
+    out, checkout, record = checkout_golden_arguments(__doc__.split("\n\n")[0], "RVC-Boss/GPT-SoVITS")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         shutil.copytree(checkout / "GPT_SoVITS" / "text", tmp / "text")
@@ -184,11 +177,9 @@ def main() -> None:
         smallest = margins(chinese2, [s for s in normalised if s])
         if smallest < MARGIN:
             raise SystemExit(f"the tiny G2PW's closest choice is {smallest:.2e} apart (< {MARGIN}): change the seed")
-    write_golden(out, "zh_g2p", {"upstream": record, "g2pw_margin": smallest, "cases": cases,
-                                  "rules": rules})
-    (out / "references.json").write_text(json.dumps({"upstream": record, "golden": "golden/zh_g2p.json",
-                                                     "g2pw": "g2pw/", "bert": "bert/", "cases": sorted(cases)},
-                                                    indent=1) + "\n")
+    write_golden_set(out, "zh_g2p", record, {"g2pw_margin": smallest, "cases": cases, "rules": rules},
+                     g2pw="g2pw/", bert="bert/")
+
 
 if __name__ == "__main__":
     main()

@@ -14,13 +14,11 @@ characters, the sentence splitting), and systematic numbers (0..120, powers of t
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import add_checkout_argument, checkout_record, write_golden  # noqa: E402
+from pinned import checkout_golden_arguments, write_golden_set  # noqa: E402
 
 TEXTS = {
     "date": "2024年3月15日是星期五，1999年12月31号也是。",
@@ -86,11 +84,7 @@ def systematic() -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path)
-    add_checkout_argument(parser)
-    args = parser.parse_args()
-    checkout = args.checkout.resolve()
+    out, checkout, record = checkout_golden_arguments(__doc__.split("\n\n")[0], "RVC-Boss/GPT-SoVITS")
     sys.path.insert(0, str(checkout / "GPT_SoVITS"))
     from text.zh_normalization.char_convert import simplified_to_traditional, tranditional_to_simplified
     from text.zh_normalization.text_normlization import TextNormalizer
@@ -106,10 +100,7 @@ def main() -> None:
                    for name, text in {"traditional": TEXTS["traditional"],
                                       "simplified": "这是简体中文，长发与头发，学习与说话。",
                                       "mixed": "龍與龙，髮與发，乾與干"}.items()}
-    record = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout)}
-    write_golden(args.out, "zh_normalize", {"upstream": record, "cases": cases, "conversions": conversions})
-    (args.out / "references.json").write_text(json.dumps({"upstream": record, "golden": "golden/zh_normalize.json",
-                                                          "cases": sorted(cases)}, indent=1) + "\n")
+    write_golden_set(out, "zh_normalize", record, {"cases": cases, "conversions": conversions})
 
 
 if __name__ == "__main__":

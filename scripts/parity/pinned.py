@@ -189,6 +189,28 @@ def save_spread(out, report: dict, floats) -> None:
     print(json.dumps(report, indent=1))
 
 
+def checkout_golden_arguments(description: str, repository: str) -> tuple[Path, Path, dict]:
+    """The command line `OUT --checkout PATH` of a GitHub-only upstream's golden writer: (OUT, the checkout,
+    the record of `repository` at that checkout)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out", type=Path)
+    add_checkout_argument(parser)
+    args = parser.parse_args()
+    checkout = args.checkout.resolve()
+    return args.out.resolve(), checkout, {"repository": repository, **checkout_record(checkout)}
+
+
+def write_golden_set(out: Path, kind: str, record: dict, values: dict, **listing) -> None:
+    """A strings-only set: OUT/golden/<kind>.json ({"upstream": record, **values}) and OUT/references.json naming
+    the golden file, the cases (values["cases"]) and whatever else `listing` adds."""
+    import json
+
+    write_golden(out, kind, {"upstream": record, **values})
+    (Path(out) / "references.json").write_text(json.dumps(
+        {"upstream": record, "golden": f"golden/{kind}.json", **listing, "cases": sorted(values["cases"])},
+        indent=1) + "\n")
+
+
 def checkout_writer_main(description: str, write, spread, outputs) -> None:
     """The command line of a GitHub-only upstream's writer: `OUT --checkout PATH [--spread]`. `write(out,
     checkout)` writes the set, `spread(out, checkout)` measures it, and in a --spread child `outputs(checkout)[0]`
