@@ -76,3 +76,8 @@ def test_erhua_is_upstreams(golden):
 def test_a_language_without_a_front_end_yet_is_refused():
     with pytest.raises(InputError, match="not built yet"):
         clean_text("hello", "en")
+
+
+def test_chinese_without_g2pw_is_a_clear_error():
+    with pytest.raises(InputError, match="needs the G2PW model"):
+        clean_text("你好", "zh")

@@ -18,6 +18,8 @@ BUILT = ("zh",)
 def clean_text(text: str, language: str, *, g2pw=None) -> tuple[list[str], list[int] | None, str]:
     if language not in BUILT:
         raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh")
+    if g2pw is None:
+        raise InputError("Chinese text needs the G2PW model (g2pw.G2PW.load of the G2PWModel folder)")
     for mark, pause in _PAUSES:
         if mark in text:
             normalized = chinese.text_normalize(text.replace(mark, ","))

@@ -210,7 +210,7 @@ class G2PW:
 
     # --- the network's inputs (dataset.prepare_onnx_input) and its runs ---------------------------------------
 
-    def _inputs(self, queries: list[Query]) -> dict[str, np.ndarray] | None:
+    def _inputs(self, queries: list[Query]) -> dict[str, np.ndarray]:
         rows, tokenized = [], {}
         for query in queries:
             text = query.text.lower()
