@@ -48,3 +48,21 @@ def sovits_file_bytes(state: dict, config, version: str) -> bytes:
     data = buffer.getvalue()
     tag = VERSION_TAGS.get(version)
     return tag + data[2:] if tag else data
+
+
+def speaker_fill(name: str, shape: tuple, seed: int) -> torch.Tensor:
+    """One entry of an ERes2NetV2 state dict: batch-norm scales and running variances in [0.5, 1.5), shifts and
+    running means small, convolutions and linears at 1/sqrt(fan-in); the step counter stays 0."""
+    g = torch.Generator().manual_seed(seed)
+    if name.endswith("num_batches_tracked"):
+        return torch.zeros(shape, dtype=torch.long)
+    if name.endswith(("running_var",)) or (len(shape) == 1 and name.endswith("weight")):
+        return torch.rand(shape, generator=g) + 0.5
+    if name.endswith(("bias", "running_mean")):
+        return torch.randn(shape, generator=g) * 0.1
+    return torch.randn(shape, generator=g) / math.sqrt(math.prod(shape[1:]))
+
+
+def speaker_state(entries: list, seed: int) -> dict:
+    """The ERes2NetV2 state for [(name, shape)] in that order, entry i drawn from seed + i."""
+    return {name: speaker_fill(name, tuple(shape), seed + i) for i, (name, shape) in enumerate(entries)}
