@@ -5,7 +5,8 @@
 # as --checkout; reference_sets.py write gpt_sovits_t2s --checkout PATH --python VENV/bin/python).
 # CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly (the text front end: jieba_fast
 # (a C build) and jieba, pypinyin, cn2an, OpenCC, transformers' tokenizer, onnxruntime and onnx for G2PW, and g2pw
-# 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from): AR/models/t2s_model.py
+# 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from; the English front end:
+# g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1 and inflect 7.5.0): AR/models/t2s_model.py
 # imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py imports einops and, through
 # f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils. The checkout's large files (the English
 # dictionary pickle, the Japanese user dictionary) need not be present: mark them skip-worktree so the recorded
@@ -18,22 +19,29 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --no-deps -r /dev/stdin <<'PINS'
 certifi==2026.10.19.post1
 charset-normalizer==3.5.3
+click==8.3.0
 cn2an==0.5.24
+distance==0.1.3
 einops==0.8.2
 einx==0.4.3
 filelock==4.3.2
 flatbuffers==25.12.19
 frozendict==2.5.1
 fsspec==2026.9.0
+g2p_en==2.1.0
 g2pw==0.1.2
 hf-xet==1.8.0
 huggingface_hub==0.36.2
 idna==3.20
+inflect==7.5.0
 jieba==0.42.1
 jieba_fast==0.53
+joblib==1.5.2
 lightning-utilities==0.15.3
 loguru==0.7.3
 ml_dtypes==0.7.0
+more-itertools==10.8.0
+nltk==3.9.2
 numpy==2.4.6
 onnx==1.23.2
 onnxruntime==1.32.0
@@ -51,7 +59,9 @@ torch-einops-utils==0.2.0
 torchmetrics==1.9.0
 tqdm==4.70.1
 transformers==4.57.3
+typeguard==4.4.4
 typing_extensions==4.16.0
 urllib3==2.8.0
+wordsegment==1.3.1
 x-transformers==2.31.10
 PINS

@@ -129,6 +129,10 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_zh_g2p", None,
                  (("gpt_sovits_zh_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/chinese2.py: text_normalize, g2p; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_en_g2p", None,
+                 (("gpt_sovits_en_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/english.py: text_normalize, g2p over g2p_en 2.1.0 and "
+                          "nltk 3.9.2 with a tiny tagger; cleaner.clean_text)"),
     ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
                           "0.1.2's module.G2PW)"),

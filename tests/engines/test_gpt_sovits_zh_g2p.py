@@ -75,7 +75,7 @@ def test_erhua_is_upstreams(golden):
 
 def test_a_language_without_a_front_end_yet_is_refused():
     with pytest.raises(InputError, match="not built yet"):
-        clean_text("hello", "en")
+        clean_text("こんにちは", "ja")
 
 
 def test_chinese_without_g2pw_is_a_clear_error():

@@ -1,6 +1,8 @@
 """cleaner.clean_text for the v2 family (text/cleaner.py at 48b1a01): one language's text -> (phones, word2ph,
 normalised text), and the phones' ids in the 732-phone v2 table (text/__init__.cleaned_text_to_sequence).
 
+English text has no word2ph (None), and fewer than four phones get a comma in front, as upstream does.
+
 A Chinese text holding ￥ or ^ takes upstream's pause path: the mark is read as a comma and every comma phone
 becomes SP2 (￥) or SP3 (^), a longer pause than a comma."""
 
@@ -11,13 +13,16 @@ from mizuoto.core.errors import InputError
 from . import chinese
 from .zh_data import symbol_ids
 
-_PAUSES = (("￥", "SP2"), ("^", "SP3"))  # cleaner.special: the first one present wins
-BUILT = ("zh",)
+_PAUSES = (("￥", "SP2"), ("^", "SP3"))  # cleaner.special: the first one present wins, for Chinese only
+BUILT = ("zh", "en")
 
 
-def clean_text(text: str, language: str, *, g2pw=None) -> tuple[list[str], list[int] | None, str]:
+def clean_text(text: str, language: str, *, g2pw=None, tagger=None) -> tuple[list[str], list[int] | None, str]:
+    """`g2pw`: G2PW for zh; `tagger`: english.load_tagger(assets) (nltk's part-of-speech tagger) for en."""
     if language not in BUILT:
-        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh")
+        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh or en")
+    if language == "en":
+        return _clean_english(text, tagger)
     if g2pw is None:
         raise InputError("Chinese text needs the G2PW model (g2pw.G2PW.load of the G2PWModel folder)")
     for mark, pause in _PAUSES:
@@ -31,6 +36,19 @@ def clean_text(text: str, language: str, *, g2pw=None) -> tuple[list[str], list[
         raise InputError(f"{len(word2ph)} characters got phones out of {len(normalized)} in {normalized!r}")
     known = symbol_ids()
     return ["UNK" if phone not in known else phone for phone in phones], word2ph, normalized
+
+
+def _clean_english(text: str, tagger) -> tuple[list[str], None, str]:
+    from . import english
+
+    if tagger is None:
+        raise InputError("English text needs nltk's part-of-speech tagger (english.load_tagger of the assets folder)")
+    normalized = english.text_normalize(text)
+    phones = english.g2p(normalized, tagger)
+    if len(phones) < 4:
+        phones = [",", *phones]
+    known = symbol_ids()
+    return ["UNK" if phone not in known else phone for phone in phones], None, normalized
 
 
 def phone_ids(phones: list[str]) -> list[int]:
