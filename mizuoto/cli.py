@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--engine", required=True, metavar="ID",
                      help=f"engine to use: {', '.join(engines.of_kind(SPEAK))}")
     _add_model_arguments(say, "default: the engine's built-in weights, where it has them")
+    _add_companion_arguments(say, SPEAK)
     _add_audio_request_arguments(say)
     say.add_argument("--ref-audio", metavar="FILE", help="reference voice recording: WAV, FLAC, OGG, Opus or MP3 "
                                                         "(engines that take one)")
@@ -199,6 +200,27 @@ def catalog_default() -> str:
     return catalog.DEFAULT_BASE
 
 
+def _add_companion_arguments(parser, kind: str) -> None:
+    """The companion file of every engine of `kind` that has one (GPT-SoVITS's --gpt-weights)."""
+    from mizuoto import engines
+
+    for spec in engines.of_kind(kind).values():
+        if spec.companion is not None:
+            parser.add_argument(spec.companion.cli_flag, dest=f"companion_{spec.id}", metavar="FILE",
+                                help=f"{spec.companion.help} ({spec.id}; default: the one beside --model)")
+
+
+def companion_override(args, spec) -> dict:
+    """The engine's companion file as a load-option override ({} when it has none or none was given)."""
+    from mizuoto.host import catalog
+
+    given = getattr(args, f"companion_{spec.id}", None)
+    if spec.companion is None or given is None:
+        return {}
+    return {f"engines.{spec.id}.load_options.{spec.companion.option}":
+            catalog.resolve_companion(spec, given, args.models_dir)}
+
+
 def _add_model_arguments(parser, default: str, required: bool = False) -> None:
     parser.add_argument("--model", metavar="MODEL", required=required,
                         help=f"a model folder or file; a model's name in --models-dir/<engine>/; or a downloadable "
@@ -255,8 +277,9 @@ def cmd_say(args) -> int:
     startup.start(args.settings)
     params = engine_params(args, spec)
     model = catalog.resolve(spec, args.model, args.models_dir) if args.model else None
+    overrides = companion_override(args, spec)
     loaded = load_model(spec.id, model, device=args.device, dtype=args.dtype, policy=args.policy,
-                        strict=args.strict, settings_file=args.settings)
+                        strict=args.strict, settings_file=args.settings, overrides=overrides)
     transcriber = None
     if args.transcriber:
         whisper = engines.get("whisper")

@@ -26,11 +26,14 @@ def make_loader(spec: EngineSpec) -> type:
     def INPUT_TYPES(cls):
         required = {
             "model": (models.choices(spec), {"tooltip": models.tooltip(spec)}),
-            "device": (list(DEVICES), {"default": "auto"}),
-            "dtype": (list(DTYPES), {"default": "float32"}),
         }
+        if spec.companion is not None:  # chosen as a pair with the model
+            required[spec.companion.option] = (models.companion_choices(spec), {"tooltip": spec.companion.help})
+        required["device"] = (list(DEVICES), {"default": "auto"})
+        required["dtype"] = (list(DTYPES), {"default": "float32"})
         for option in spec.load_options:
-            required[option.key] = option_widget(option)
+            if spec.companion is None or option.key != spec.companion.option:
+                required[option.key] = option_widget(option)
         if spec.license_acceptance:
             required["accept_license"] = ("BOOLEAN", {
                 "default": False, "tooltip": f"the weights are licensed under {spec.weights_license}; "
@@ -42,6 +45,9 @@ def make_loader(spec: EngineSpec) -> type:
         if spec.license_acceptance and not accept_license:
             raise InputError(f"{spec.display_name} weights are licensed under {spec.weights_license}; "
                              f"turn on accept_license in the loader to accept it")
+        if spec.companion is not None:
+            option = spec.companion.option
+            load_options[option] = models.resolve_companion(spec, load_options.get(option))
         overrides = {f"engines.{spec.id}.load_options.{k}": v for k, v in load_options.items()}
         name, strict = None, False
         if policy is not None:

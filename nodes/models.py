@@ -17,5 +17,13 @@ def resolve(spec: EngineSpec, choice: str) -> str | None:
     return catalog.resolve(spec, choice)
 
 
+def companion_choices(spec: EngineSpec) -> list[str]:
+    return catalog.companion_choices(spec)
+
+
+def resolve_companion(spec: EngineSpec, choice: str | None) -> str:
+    return catalog.resolve_companion(spec, choice)
+
+
 def tooltip(spec: EngineSpec) -> str:
     return f"a model from {catalog.folder(spec)}; put files there and press R to refresh the list"

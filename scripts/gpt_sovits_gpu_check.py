@@ -1,7 +1,8 @@
-"""GPT-SoVITS v2 on a GPU at the released architectures (random weights): the T2S decode's tokens per second with
-its step as CUDA graph segments and without (bit for bit the same tokens), float32 and float16; the SoVITS
-decode's real-time factor; one fragment's synthesis (T2S + SoVITS) as a real-time factor and the time to its
-first audio; and the peak memory.
+"""GPT-SoVITS v2 and v2ProPlus on a GPU at the released architectures (random weights): the T2S decode's tokens per
+second with its step as CUDA graph segments and without (bit for bit the same tokens), float32 and float16; the
+SoVITS decode's real-time factor; one fragment's synthesis (T2S + SoVITS) as a real-time factor and the time to its
+first audio, for v2 and for v2ProPlus (its ERes2NetV2 speaker embedding of a 5 s reference included, as each request
+computes it); and the peak memory.
 
     python scripts/gpt_sovits_gpu_check.py [--json OUT.json] [--tokens 250] [--device cuda]
 
@@ -25,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mizuoto.engines.gpt_sovits import sovits, synthesize, t2s  # noqa: E402
+from mizuoto.engines.gpt_sovits import sovits, speaker, synthesize, t2s  # noqa: E402
 from mizuoto.runtime.graphs import Graphs  # noqa: E402
 
 
@@ -125,6 +126,24 @@ def main() -> int:
     report["fragment_audio_s"] = round(wave.shape[-1] / 32000, 2)
     report["fragment_rtf"] = round(seconds / (wave.shape[-1] / 32000), 4)
     report["first_audio_ms"] = round(seconds * 1000, 1)  # one fragment: its audio is the first audio
+    plus = random_(sovits.SynthesizerV2(sovits.SoVITSConfig.from_checkpoint("v2ProPlus", sovits.RELEASED_V2PRO_PLUS,
+                                                                             732)), 7).to(device)
+    encoder = random_(speaker.ERes2NetV2(**speaker.RELEASED), 8).to(device)
+    reference_16k = (torch.randn(1, 5 * 16000, generator=g) * 0.1).to(device)
+    seconds_sv, sv = timed(lambda: torch.inference_mode()(speaker.embedding)(encoder, reference_16k), device)
+    report["v2proplus_speaker_embedding_ms"] = round(seconds_sv * 1000, 1)
+
+    def speak_plus():
+        with torch.inference_mode():
+            embedding = speaker.embedding(encoder, reference_16k)
+            return synthesize.synthesize(model, plus, [fragment], ref, [refer], sampling,
+                                         torch.Generator(device).manual_seed(6), sv=[embedding], graphs=graphs,
+                                         fragment_interval=0)
+    seconds, wave = timed(speak_plus, device)
+    report["v2proplus_fragment_rtf"] = round(seconds / (wave.shape[-1] / 32000), 4)
+    report["v2proplus_first_audio_ms"] = round(seconds * 1000, 1)
+    report["goal_v2proplus_rtf_0.02_first_audio_150ms"] = bool(report["v2proplus_fragment_rtf"] <= 0.02
+                                                               and report["v2proplus_first_audio_ms"] <= 150)
     if device.type == "cuda":
         report["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
     report["ok"] = ok

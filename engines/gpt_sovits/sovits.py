@@ -43,6 +43,9 @@ RELEASED_V2 = {"inter_channels": 192, "hidden_channels": 192, "filter_channels":
                "upsample_initial_channel": 512, "upsample_kernel_sizes": [16, 16, 8, 2, 2], "n_layers_q": 3,
                "use_spectral_norm": False, "gin_channels": 512, "semantic_frame_rate": "25hz",
                "freeze_quantizer": True}
+# v2ProPlus (configs/s2v2ProPlus.json): a wider vocoder input and the speaker embedding's 1024 conditioning channels
+RELEASED_V2PRO_PLUS = {**RELEASED_V2, "upsample_initial_channel": 768, "upsample_kernel_sizes": [20, 16, 8, 2, 2],
+                       "gin_channels": 1024}
 
 
 @dataclass(frozen=True)

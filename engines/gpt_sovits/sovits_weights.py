@@ -106,9 +106,16 @@ def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[s
 def load_sovits(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32,
                 version: str | None = None) -> SynthesizerV2:
     """The SoVITS synthesizer of a weights file, weight norms folded, in eval mode on `device`."""
+    version, config, state = read_sovits_weights(path, version)
+    return build_sovits(version, config, state, Path(path).name, device, dtype)
+
+
+def build_sovits(version: str, config: dict, state: dict, name: str, device="cpu",
+                 dtype: torch.dtype = torch.float32) -> SynthesizerV2:
+    """read_sovits_weights' result as the synthesizer (the caller keeps `config`'s data section)."""
     from mizuoto.nn.wavenet import fold_weight_norm
 
-    version, config, state = read_sovits_weights(path, version)
+    path = Path(name)
     embedding = state.get("enc_p.text_embedding.weight")
     if embedding is None or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{Path(path).name} lacks its model config or its text embedding; the file is damaged")

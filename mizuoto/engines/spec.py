@@ -126,6 +126,22 @@ class Variant:
     description: str = ""  # what a user gets, for `mizuoto models` and the doctor
 
 
+@dataclass(frozen=True)
+class Companion:
+    """A second weights file a model loads with, chosen beside it (GPT-SoVITS: a voice is a SoVITS file and a GPT
+    file, trained together): the loader lists the files ending in `suffixes` under models/tts/<engine>/ (and one
+    folder down), the command line takes it as `--<option>`, and the engine reads the chosen path from its load
+    option `option` ("" when the user left it to the engine: it looks beside the model)."""
+
+    option: str  # a load option of the engine (declared in load_options as a str, default "")
+    suffixes: tuple[str, ...]
+    help: str
+
+    @property
+    def cli_flag(self) -> str:
+        return "--" + self.option.replace("_", "-")
+
+
 # What an engine does, which decides its nodes and its command: SPEAK text -> audio (a Speak node, `say`);
 # TRANSCRIBE audio -> text (a Transcribe node, `transcribe`); CONVERT source audio + a reference voice -> the
 # source's speech in that voice (a Convert node, `convert`).
@@ -153,6 +169,8 @@ class EngineSpec:
     kind: str = SPEAK  # one of KINDS
     # CONVERT only: the longest source the engine takes in one request (its upstream chunks longer ones itself)
     max_source_seconds: float | None = None
+    # a second weights file chosen with the model (its models are files, listed one folder down too)
+    companion: Companion | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -163,6 +181,9 @@ class EngineSpec:
             if variant.repo not in self.repos or not variant.name.isidentifier():
                 raise ValueError(f"engine {self.id}: variant {variant.name!r} needs a plain name and one of the "
                                  f"engine's repos, not {variant.repo!r}")
+        if self.companion is not None and not any(o.key == self.companion.option for o in self.load_options):
+            raise ValueError(f"engine {self.id}: its companion file is the load option {self.companion.option!r}, "
+                             f"which it must declare")
 
     def variant(self, repo: str, name: str) -> Variant | None:
         return next((v for v in self.variants if v.repo == repo and v.name == name), None)

@@ -38,7 +38,10 @@ def folder(spec: EngineSpec, models_dir=None) -> str:
 def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
     """The installed models, as {"name": "<engine>/<entry>", "path": ...}: files with the engine's
     suffixes, and model folders (Hugging Face's with a config.json, or a folder holding a checkpoint file,
-    as F5-TTS's are published), downloaded repos included."""
+    as F5-TTS's are published), downloaded repos included. An engine with a companion file (GPT-SoVITS) lists
+    files only, one folder down too, as its users keep them (SoVITS_weights_v2/<voice>.pth)."""
+    if spec.companion is not None:
+        return _files(spec, spec.checkpoint_suffixes, models_dir)
     found = []
     for base in bases(models_dir):
         engine_folder = os.path.join(base, spec.id)
@@ -49,6 +52,48 @@ def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
             if _is_checkpoint_file(path, spec) or _is_model_folder(path, spec):
                 found.append({"name": f"{spec.id}/{entry}", "path": os.path.abspath(path)})
     return found
+
+
+def _files(spec: EngineSpec, suffixes: tuple[str, ...], models_dir=None) -> list[dict[str, str]]:
+    """Files ending in `suffixes` in <base>/<engine>/ and its subfolders (one level; downloads' own nested folders
+    included, since a downloaded repo is one subfolder), by name <engine>/<relative path>."""
+    found = []
+    for base in bases(models_dir):
+        root = Path(base) / spec.id
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            depth = len(path.relative_to(root).parts)
+            hidden = any(part.startswith(".") for part in path.relative_to(root).parts)
+            if depth <= 3 and not hidden and path.is_file() and path.name.lower().endswith(suffixes):
+                found.append({"name": f"{spec.id}/{path.relative_to(root).as_posix()}", "path": str(path.resolve())})
+    return found
+
+
+COMPANION_BESIDE = "(beside the model)"
+
+
+def companion_choices(spec: EngineSpec, models_dir=None) -> list[str]:
+    """What a loader lists for the engine's companion file: the engine's own choice first (the file beside the
+    model), then every installed one."""
+    return [COMPANION_BESIDE] + [entry["name"] for entry in _files(spec, spec.companion.suffixes, models_dir)]
+
+
+def resolve_companion(spec: EngineSpec, choice: str | os.PathLike | None, models_dir=None) -> str:
+    """A companion choice -> its path ("" leaves it to the engine: the file beside the model)."""
+    text = "" if choice is None else str(choice).strip()
+    if text in ("", COMPANION_BESIDE):
+        return ""
+    path = Path(text).expanduser()
+    if path.exists() or path.is_absolute() or text.startswith((".", "~")):
+        return str(path)
+    name = text[len(spec.id) + 1:] if text.startswith(spec.id + "/") else text
+    for base in bases(models_dir):
+        candidate = Path(base) / spec.id / name
+        if name and candidate.is_file():
+            return str(candidate)
+    raise InputError(f"{spec.display_name} {spec.companion.option} '{text}' was not found in "
+                     f"{folder(spec, models_dir)}; pick one the loader lists, or give its path")
 
 
 def downloadable(spec: EngineSpec, models_dir=None) -> list[dict]:

@@ -41,7 +41,7 @@ def widgets(cls):
 NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
          "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
          "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak", "MizuotoSeedVCLoader",
-         "MizuotoSeedVCConvert"}
+         "MizuotoSeedVCConvert", "MizuotoGPTSoVITSLoader", "MizuotoGPTSoVITSSpeak"}
 
 
 def test_mappings_and_display_names(pack):

