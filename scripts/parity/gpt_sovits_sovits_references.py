@@ -22,14 +22,20 @@ holds the inputs and upstream's outputs; OUTDIR/references.json the configs, the
 from __future__ import annotations
 
 import io
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt_sovits_weights import sovits_file_bytes, sovits_state  # noqa: E402
-from pinned import checkout_record, checkout_writer_main, is_spread_child, lifted_runs, pin_process, save_spread  # noqa: E402
+from pinned import (  # noqa: E402
+    checkout_writer_main,
+    is_spread_child,
+    lifted_runs,
+    pin_process,
+    save_spread,
+    write_checkout_tensors,
+)
 
 if "--spread" not in sys.argv and not is_spread_child():
     pin_process()
@@ -139,23 +145,10 @@ FLOATS = ("refer0", "refer1", *(f"{c[0]}/audio" for c in CASES))
 
 
 def write(out: Path, checkout: Path) -> None:
-    from pinned import environment
-    from safetensors.torch import load_file, save_file
-
-    out.mkdir(parents=True, exist_ok=True)
     refs, info = outputs(checkout)
-    save_file(refs, str(out / "references.safetensors"))
-    back = load_file(str(out / "references.safetensors"))
-    assert all(torch.equal(back[k], refs[k]) for k in refs)
-    info["upstream"] = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout),
-                        "code": "module/models.py SynthesizerTrn.decode and extract_latent (as TTS.run calls them)"}
-    info["environment"] = environment(["torch", "einops", "x-transformers"])
-    spread_file = out / "spread.json"
-    if spread_file.exists():
-        info["spread"] = json.loads(spread_file.read_text())
-    (out / "references.json").write_text(json.dumps(info, indent=1) + "\n")
-
-
+    write_checkout_tensors(out, refs, info, checkout,
+                           "module/models.py SynthesizerTrn.decode and extract_latent (as TTS.run calls them)",
+                           ["torch", "einops", "x-transformers"])
 
 
 def spread(out: Path, checkout: Path) -> None:

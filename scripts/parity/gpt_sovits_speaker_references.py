@@ -15,14 +15,20 @@ names and shapes (the test rebuilds the weights from them) and the cases.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpt_sovits_weights import speaker_state  # noqa: E402
-from pinned import checkout_record, checkout_writer_main, is_spread_child, lifted_runs, pin_process, save_spread  # noqa: E402
+from pinned import (  # noqa: E402
+    checkout_writer_main,
+    is_spread_child,
+    lifted_runs,
+    pin_process,
+    save_spread,
+    write_checkout_tensors,
+)
 
 if "--spread" not in sys.argv and not is_spread_child():
     pin_process()
@@ -81,22 +87,10 @@ FLOATS = (*(f"{w}/fbank" for w in WAVES), *(f"{m}/{w}/embedding" for m in MODELS
 
 
 def write(out: Path, checkout: Path) -> None:
-    from pinned import environment
-    from safetensors.torch import load_file, save_file
-
-    out.mkdir(parents=True, exist_ok=True)
     refs, info = outputs(checkout)
-    save_file(refs, str(out / "references.safetensors"))
-    back = load_file(str(out / "references.safetensors"))
-    assert all(torch.equal(back[k], refs[k]) for k in refs)
-    info["upstream"] = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout),
-                        "code": "eres2net/kaldi.py fbank and eres2net/ERes2NetV2.py forward3 "
-                                "(sv.SV.compute_embedding3)"}
-    info["environment"] = environment(["torch"])
-    spread_file = out / "spread.json"
-    if spread_file.exists():
-        info["spread"] = json.loads(spread_file.read_text())
-    (out / "references.json").write_text(json.dumps(info, indent=1) + "\n")
+    write_checkout_tensors(out, refs, info, checkout,
+                           "eres2net/kaldi.py fbank and eres2net/ERes2NetV2.py forward3 (sv.SV.compute_embedding3)",
+                           ["torch"])
 
 
 def spread(out: Path, checkout: Path) -> None:

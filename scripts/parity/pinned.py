@@ -231,3 +231,24 @@ def checkout_writer_main(description: str, write, spread, outputs) -> None:
         save_file(outputs(checkout)[0], str(args.out / "references.safetensors"))
     else:
         write(args.out, checkout)
+
+
+def write_checkout_tensors(out: Path, refs: dict, info: dict, checkout: Path, code: str, packages) -> None:
+    """A GitHub-only upstream's tensor set: OUT/references.safetensors (read back and compared), and
+    OUT/references.json holding `info`, then the upstream record (its repository at `checkout`, what of its
+    `code` ran), the versions of `packages` and the measured spread when OUT/spread.json is there."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(refs, str(out / "references.safetensors"))
+    back = load_file(str(out / "references.safetensors"))
+    assert all(torch.equal(back[k], refs[k]) for k in refs)
+    info["upstream"] = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout), "code": code}
+    info["environment"] = environment(packages)
+    spread_file = out / "spread.json"
+    if spread_file.exists():
+        info["spread"] = json.loads(spread_file.read_text())
+    (out / "references.json").write_text(json.dumps(info, indent=1) + "\n")
