@@ -1,0 +1,110 @@
+"""GPT-SoVITS as users run it: the example workflow on the node classes, the same seed giving the same audio (also
+after a cancelled request), a cancel between fragments, and the one-line errors of a bad request. On the tiny
+models of the gpt_sovits_e2e set (rebuilt by scripts/parity/gpt_sovits_e2e_models.py; that set's test compares the
+same engine with upstream's TTS.run)."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import load_pack, parity_module, reference_sets, saved_audio
+
+from mizuoto import host
+from mizuoto.audio import files
+from mizuoto.core.errors import CheckpointError, InputError
+from mizuoto.runtime.context import Cancelled, RequestContext
+
+DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
+TEXT = "这个重要的问题很重，银行的行长说。"
+PROMPT = "他长得很高，长大了以后还是那么快乐"
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory):
+    """The e2e set's tiny v2 voice in the layout the loader reads, and its reference recording."""
+    tiny = parity_module("gpt_sovits_e2e_models")
+    folder = reference_sets().SETS["gpt_sovits_e2e"].committed
+    info = json.loads((folder / "references.json").read_text())
+    root = tmp_path_factory.mktemp("gsv_voice")
+    paths = tiny.write_models(root, info["models"], DATA / "gpt_sovits_zh_g2p" / "bert" / "vocab.txt",
+                              DATA / "gpt_sovits_zh_g2p" / "g2pw", DATA / info["inputs"]["detector"],
+                              DATA / "gpt_sovits_en_g2p" / "nltk_data")
+    return paths, files.read(folder / info["inputs"]["reference"], "reference audio")
+
+
+@pytest.fixture(scope="module")
+def model(voice):
+    return host.load_model("gpt_sovits", str(voice[0]["sovits"]), device="cpu")
+
+
+def say(model, reference, seed=1, ctx=None, **params):
+    return host.speak(model, params.pop("text", TEXT), seed=seed, params=params, ctx=ctx, reference=reference,
+                      reference_text=params.pop("reference_text", PROMPT))
+
+
+def test_example_workflow_runs_on_the_node_classes(voice, model):
+    """workflows/api/gpt_sovits.json on the node classes, its loader pointed at the tiny voice: SaveAudio gets what
+    the library gives for the same request."""
+    graph = json.loads((Path(__file__).resolve().parents[2] / "workflows" / "api" / "gpt_sovits.json").read_text())
+    loader = next(n for n in graph.values() if n["class_type"] == "MizuotoGPTSoVITSLoader")
+    speaker = next(n for n in graph.values() if n["class_type"] == "MizuotoGPTSoVITSSpeak")
+    assert speaker["inputs"]["top_k"] == 15 and speaker["inputs"]["text_split_method"] == "cut5"  # api_v2's
+    loader["inputs"].update(model=str(voice[0]["sovits"]), device="cpu")
+    speaker["inputs"].update(text=TEXT, reference_text=PROMPT)
+    wave, rate = voice[1]
+    saved = saved_audio(load_pack("mizuoto_pack_gpt_sovits"), graph, lambda name: (wave, rate))
+    params = {k: v for k, v in speaker["inputs"].items() if k in {p.name for p in model.spec.speak_params}}
+    want = host.speak(model, TEXT, seed=speaker["inputs"]["seed"], params=params, reference=(wave, rate),
+                      reference_text=PROMPT).waveform
+    assert saved["sample_rate"] == 32000 and torch.equal(saved["waveform"][0], want)
+
+
+def test_the_same_seed_gives_the_same_audio_also_after_a_cancel(voice, model):
+    first = say(model, voice[1], seed=4)
+    assert first.report["sample_rate"] == 32000 and first.report["speak"]["text_lang"] == "all_zh"
+    seen = []
+
+    def progress(done, total):
+        seen.append((done, total))
+        if done == 1:
+            ctx.cancel()
+
+    ctx = RequestContext(4, progress=progress)
+    with pytest.raises(Cancelled):
+        say(model, voice[1], seed=4, ctx=ctx)
+    assert seen == [(0, 2), (1, 2)]  # stopped before the second fragment
+    assert torch.equal(say(model, voice[1], seed=4).waveform, first.waveform)
+    assert not torch.equal(say(model, voice[1], seed=5).waveform, first.waveform)
+
+
+def test_bad_requests_are_one_line_errors(voice, model):
+    wave, rate = voice[1]
+    with pytest.raises(InputError, match="needs the reference audio's transcript"):
+        say(model, voice[1], reference_text="")
+    assert say(model, voice[1], reference_text="", ref_free=True).waveform.shape[-1] > 0
+    with pytest.raises(InputError, match="reference audio is 1.00 s long; give one between 3 and 10"):
+        say(model, (wave[:, :rate], rate))
+    with pytest.raises(InputError, match="'ja' text front end is not built yet"):
+        say(model, voice[1], text="こんにちは", text_lang="all_ja")
+    with pytest.raises(InputError, match="text_lang must be one of"):
+        say(model, voice[1], text_lang="fr")
+    with pytest.raises(InputError, match="nothing to speak"):
+        say(model, voice[1], text="……")
+    with pytest.raises(InputError, match="nothing is left to speak after the text's normalisation"):
+        say(model, voice[1], text="😀😀😀😀😀。")
+    with pytest.raises(InputError, match="speaks in the voice of a reference"):
+        host.speak(model, TEXT, seed=1, params={})
+
+
+def test_a_voice_needs_its_gpt_and_the_pretrained_parts(voice, tmp_path):
+    lonely = tmp_path / "voice.pth"
+    lonely.write_bytes(voice[0]["sovits"].read_bytes())
+    with pytest.raises(CheckpointError, match=r"no GPT weights file \(\.ckpt\) beside voice.pth"):
+        host.load_model("gpt_sovits", str(lonely), device="cpu")
+    (tmp_path / "voice.ckpt").write_bytes(voice[0]["gpt"].read_bytes())
+    with pytest.raises(CheckpointError, match="needs its pretrained parts"):
+        host.load_model("gpt_sovits", str(lonely), device="cpu")
+    loaded = host.load_model("gpt_sovits", str(lonely), device="cpu",
+                             overrides={"engines.gpt_sovits.load_options.assets": str(voice[0]["assets"])})
+    assert loaded.info.source.endswith("voice.pth + voice.ckpt")
