@@ -108,3 +108,18 @@ def test_a_voice_needs_its_gpt_and_the_pretrained_parts(voice, tmp_path):
     loaded = host.load_model("gpt_sovits", str(lonely), device="cpu",
                              overrides={"engines.gpt_sovits.load_options.assets": str(voice[0]["assets"])})
     assert loaded.info.source.endswith("voice.pth + voice.ckpt")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_on_cuda_the_graphed_request_gives_the_eager_audio(voice, dtype):
+    """A whole request with the GPT's step as CUDA graph segments gives the eager audio bit for bit, captured and
+    then replayed (the graphs stay with the loaded model)."""
+    eager = host.load_model("gpt_sovits", str(voice[0]["sovits"]), device="cuda", dtype=dtype,
+                            overrides={"compute.cuda_graphs": False})
+    graphed = host.load_model("gpt_sovits", str(voice[0]["sovits"]), device="cuda", dtype=dtype)
+    assert graphed.info.graphs and not eager.info.graphs
+    want = say(eager, voice[1], seed=6).waveform
+    for _ in range(2):
+        assert torch.equal(say(graphed, voice[1], seed=6).waveform, want)
