@@ -83,7 +83,9 @@ class TextFrontEnd:
                 lang, piece = "en", " "
             piece_phones, word2ph, norm = self.clean(piece, lang)
             ids = phone_ids(piece_phones)
-            features.append(text_features(lang, len(ids), self.bert, self.tokenizer, norm, word2ph))
+            # upstream joins the pieces' features on its device, promoting a half-precision BERT's to float32 beside
+            # the other languages' float32 zeros; the GPT casts them back: the same values, here joined on the CPU
+            features.append(text_features(lang, len(ids), self.bert, self.tokenizer, norm, word2ph).float().cpu())
             phones += ids
             normalised.append(norm)
         bert = torch.cat(features, dim=1) if features else torch.zeros((1024, 0))
