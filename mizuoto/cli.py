@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--ref-audio", metavar="FILE", help="reference voice recording: WAV, FLAC, OGG, Opus or MP3 "
                                                         "(engines that take one)")
     say.add_argument("--ref-text", metavar="TEXT", help="what the reference recording says")
+    say.add_argument("--extra-ref-audio", metavar="FILE", action="append", default=[],
+                     help="another recording of the same voice, whose timbre is averaged with the reference's "
+                          "(engines that take them: GPT-SoVITS v2 family); repeat for several")
     say.add_argument("--transcriber", metavar="MODEL", help="Whisper model (as --model) that transcribes the reference "
                                                             "when --ref-text is not given (engines that read it)")
     _add_engine_params(say.add_argument_group("engine parameters"), SPEAK)
@@ -274,6 +277,7 @@ def cmd_say(args) -> int:
     output = files.check_output(args.output, args.format)  # before any work, so a bad path costs nothing
     # a bad reference file costs nothing either
     reference = files.read(args.ref_audio, "reference audio") if args.ref_audio else None
+    extra_references = [files.read(path, "extra reference audio") for path in args.extra_ref_audio]
     startup.start(args.settings)
     params = engine_params(args, spec)
     model = catalog.resolve(spec, args.model, args.models_dir) if args.model else None
@@ -286,7 +290,7 @@ def cmd_say(args) -> int:
         transcriber = load_model("whisper", catalog.resolve(whisper, args.transcriber, args.models_dir),
                                  device=args.device)
     speech = speak(loaded, text, seed=args.seed, params=params, reference=reference, reference_text=args.ref_text,
-                   transcriber=transcriber)
+                   transcriber=transcriber, extra_references=extra_references)
     files.write(output, speech.waveform, speech.sample_rate, args.format)
     print(json.dumps({**speech.report, "output": str(output)}, indent=2))
     return 0

@@ -94,6 +94,9 @@ def make_speaker(spec: EngineSpec) -> type:
             optional["reference_audio"] = (AUDIO, {"tooltip": f"{spec.reference.help} "
                                                               f"({spec.reference.min_seconds:g}-"
                                                               f"{spec.reference.max_seconds:g} s)"})
+            for i in range(1, spec.reference.extra + 1):
+                optional[f"extra_reference_{i}"] = (AUDIO, {"tooltip": "another recording of the same voice: its "
+                                                                       "timbre is averaged with the reference's"})
             if spec.reference.transcript:
                 optional["reference_text"] = ("STRING", {"multiline": True, "default": "",
                                                          "tooltip": "what the reference audio says"})
@@ -112,12 +115,15 @@ def make_speaker(spec: EngineSpec) -> type:
         reference = None
         if reference_audio is not None:
             reference = (reference_audio["waveform"], int(reference_audio["sample_rate"]))
+        extras = [params.pop(name) for name in sorted(params) if name.startswith("extra_reference_")]
+        extras = [(audio["waveform"], int(audio["sample_rate"])) for audio in extras if audio is not None]
         return _audio_result(speak(model, text, params=params, ctx=ctx, reference=reference,
-                                   reference_text=reference_text, transcriber=transcriber))
+                                   reference_text=reference_text, transcriber=transcriber, extra_references=extras))
 
     def check_lazy_status(self, model=None, text=None, seed=None, unique_id=None, reference_audio=None,
                           reference_text=None, transcriber=None, **params):
         """The inputs still to be evaluated: the transcriber, only when it will transcribe."""
+        params = {k: v for k, v in params.items() if not k.startswith("extra_reference_")}
         if transcriber is not None or reference_audio is None or (reference_text or "").strip():
             return []
         try:

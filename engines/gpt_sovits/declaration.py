@@ -52,7 +52,8 @@ ENGINE = EngineSpec(
     ),
     # TTS._set_prompt_semantic refuses references outside 3-10 s (at 16 kHz); both channels are read: the timbre
     # averages two channels itself
-    reference=Reference(3.0, 10.0, transcript=True, channels=True, transcript_unused_with="ref_free",
+    # extra: api_v2's aux_ref_audio_paths, further recordings whose timbres are averaged with the reference's
+    reference=Reference(3.0, 10.0, transcript=True, channels=True, transcript_unused_with="ref_free", extra=3,
                         help="a 3-10 s recording of the voice, with its transcript"),
     speak_params=(
         Param("text_lang", str, "all_zh", "the text's language: all_zh (Chinese, English words read as English), "

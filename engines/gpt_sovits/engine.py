@@ -235,10 +235,26 @@ def sampling_of(params: dict) -> T2SSampling:
                        repetition_penalty=float(params["repetition_penalty"]))
 
 
+def timbres(loaded: GSVLoaded, recordings: list[tuple[torch.Tensor, int]]):
+    """TTS._get_ref_spec per recording: its spectrogram, and for v2Pro / v2ProPlus its speaker embedding
+    (compute_embedding3 of the timbre audio at 16 kHz); None for the embeddings of the other versions."""
+    device, dtype, data = loaded.device, loaded.t2s.bert_proj.weight.dtype, loaded.data
+    refers, embeddings = [], []
+    for wave, rate in recordings:
+        timbre = ref.timbre_audio(torch.as_tensor(wave, dtype=torch.float32).cpu(), rate, loaded.sampling_rate)
+        refers.append(ref.linear_spectrogram(timbre, data["filter_length"], data["hop_length"],
+                                             data["win_length"]).to(device, dtype))
+        if loaded.speaker is not None:
+            audio_16k = torchaudio_sinc.resample(timbre, loaded.sampling_rate, 16000).to(device)
+            embeddings.append(speaker_embedding(loaded.speaker, audio_16k))
+    return refers, (embeddings if loaded.speaker is not None else None)
+
+
 def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
-          reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None
-          ) -> tuple[torch.Tensor, int]:
-    """Text -> (waveform (1, samples) float32 on the CPU, the SoVITS rate), in the reference's voice."""
+          reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None,
+          extra_references: list[tuple[torch.Tensor, int]] | None = None) -> tuple[torch.Tensor, int]:
+    """Text -> (waveform (1, samples) float32 on the CPU, the SoVITS rate), in the reference's voice (with the
+    timbres of `extra_references`, api_v2's aux_ref_audio_paths, averaged in)."""
     if reference is None:
         raise InputError("GPT-SoVITS speaks in the voice of a reference: give a 3-10 s recording and its transcript")
     if not (text or "").strip():
@@ -256,21 +272,14 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
         phones, bert, _ = front.prompt(reference_text or "", params["prompt_lang"])
         prompt_phones, prompt_bert = tuple(phones), bert
     device, dtype = loaded.device, loaded.t2s.bert_proj.weight.dtype
-    data = loaded.data
     with torch.inference_mode(), ctx.step():
-        timbre = ref.timbre_audio(wave, rate, loaded.sampling_rate)
-        refer = ref.linear_spectrogram(timbre, data["filter_length"], data["hop_length"],
-                                       data["win_length"]).to(device, dtype)
-        sv = None
-        if loaded.speaker is not None:  # _get_ref_spec's 16 kHz copy of the timbre audio, then compute_embedding3
-            sv = [speaker_embedding(loaded.speaker, torchaudio_sinc.resample(timbre, loaded.sampling_rate,
-                                                                             16000).to(device))]
+        refers, sv = timbres(loaded, [(wave, rate), *(extra_references or [])])
         semantic = ref.prompt_tokens(wave, rate, loaded.sampling_rate,
                                      lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)
         generator = ctx.generator_for(device)
         layerdrop_draws(loaded.hubert, generator)
         audio = synthesize(loaded.t2s, loaded.sovits, fragments, Prompt(prompt_phones, prompt_bert, semantic),
-                           [refer], sampling, generator, sv=sv, speed=float(params["speed_factor"]),
+                           refers, sampling, generator, sv=sv, speed=float(params["speed_factor"]),
                            fragment_interval=float(params["fragment_interval"]),
                            split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
                            sampling_rate=loaded.sampling_rate, before_fragment=ctx.progress,

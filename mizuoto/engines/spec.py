@@ -60,6 +60,8 @@ class Reference:
     channels: bool = False  # the engine takes every channel (it mixes them down itself, as its upstream)
     # the speak parameter that leaves the transcript unread: "name" (a bool, when on) or "name=value"
     transcript_unused_with: str | None = None
+    # further recordings of the same voice the engine can take beside it (their timbre only; GPT-SoVITS averages them)
+    extra: int = 0
 
     def needs_transcript(self, params: dict) -> bool:
         if not self.transcript:
@@ -78,6 +80,11 @@ class Reference:
         if not self.min_seconds <= seconds <= self.max_seconds:
             raise InputError(f"reference audio is {seconds:.2f} s long; give one between {self.min_seconds:g} "
                              f"and {self.max_seconds:g} seconds")
+        return waveform if self.channels else waveform.mean(dim=0)
+
+    def check_extra(self, waveform, sample_rate: int):
+        """A further recording of the voice: any length (upstream reads only its timbre), else as `check`."""
+        waveform = checked_audio(waveform, sample_rate, "extra reference audio", "a recording of the voice")
         return waveform if self.channels else waveform.mean(dim=0)
 
 

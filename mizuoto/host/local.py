@@ -124,12 +124,13 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
 def speak(loaded: LoadedModel, text: str, seed: int | None = None,
           params: dict[str, Any] | None = None, ctx: RequestContext | None = None,
           reference: tuple[Any, int] | None = None, reference_text: str | None = None,
-          transcriber: LoadedModel | None = None) -> Speech:
+          transcriber: LoadedModel | None = None, extra_references: list[tuple[Any, int]] | None = None) -> Speech:
     """Generate speech for `text`; `seed` fixes every random draw of the request.
 
     `reference` is (waveform, sample rate) of a voice recording, for engines that take one. Engines
     that read its transcript get `reference_text`; when that is empty, `transcriber` (a Whisper
-    model) transcribes the recording, once per recording and model.
+    model) transcribes the recording, once per recording and model. `extra_references` are further recordings of the
+    same voice, for engines that take them (`Reference.extra`).
     """
     from mizuoto.engines.spec import SPEAK
 
@@ -149,6 +150,14 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
                                      f"it, or connect a Whisper model to transcribe it")
                 reference_text = reference_transcript(transcriber, *reference)
             extra["reference_text"] = reference_text
+    if extra_references:
+        most = loaded.spec.reference.extra if loaded.spec.reference is not None else 0
+        if "reference" not in extra or len(extra_references) > most:
+            raise InputError(f"{loaded.spec.display_name} takes {'at most ' + str(most) if most else 'no'} extra "
+                             f"reference recordings{' beside its reference' if most else ''}; got "
+                             f"{len(extra_references)}{'' if 'reference' in extra else ' and no reference'}")
+        extra["extra_references"] = [(loaded.spec.reference.check_extra(wave, rate), int(rate))
+                                     for wave, rate in extra_references]
     comfy.ensure_loaded(loaded.patcher)
     ctx = ctx or RequestContext(seed, accel=loaded.policy.start())
     run = Run(ctx.seed, loaded.policy.name, ctx.accel)

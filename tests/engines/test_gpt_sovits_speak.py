@@ -123,3 +123,27 @@ def test_on_cuda_the_graphed_request_gives_the_eager_audio(voice, dtype):
     want = say(eager, voice[1], seed=6).waveform
     for _ in range(2):
         assert torch.equal(say(graphed, voice[1], seed=6).waveform, want)
+
+
+def test_extra_references_average_their_timbre_in(voice, model):
+    """api_v2's aux_ref_audio_paths: the same recording again averages to the same timbre (the same audio, bit for
+    bit); another recording changes it; more than the node offers, or extras without a reference, are refused."""
+    wave, rate = voice[1]
+    alone = say(model, voice[1], seed=2).waveform
+    assert torch.equal(host.speak(model, TEXT, seed=2, reference=voice[1], reference_text=PROMPT,
+                                  extra_references=[voice[1]]).waveform, alone)
+    other = (torch.roll(wave, 12345, dims=-1) * 0.5, rate)
+    assert not torch.equal(host.speak(model, TEXT, seed=2, reference=voice[1], reference_text=PROMPT,
+                                      extra_references=[other]).waveform, alone)
+    node = load_pack("mizuoto_pack_gpt_sovits_extra").NODE_CLASS_MAPPINGS["MizuotoGPTSoVITSSpeak"]
+    assert [n for n in node.INPUT_TYPES()["optional"] if n.startswith("extra")] == [
+        "extra_reference_1", "extra_reference_2", "extra_reference_3"]
+    params = {**model.spec.speak_defaults(), "text": TEXT, "seed": 2, "reference_text": PROMPT}
+    got = node().generate(model, reference_audio={"waveform": wave[None], "sample_rate": rate},
+                          extra_reference_2={"waveform": other[0][None], "sample_rate": rate}, **params)
+    assert torch.equal(got["result"][0]["waveform"][0], host.speak(
+        model, TEXT, seed=2, reference=voice[1], reference_text=PROMPT, extra_references=[other]).waveform)
+    with pytest.raises(InputError, match="takes at most 3 extra reference recordings beside its reference; got 4"):
+        host.speak(model, TEXT, seed=2, reference=voice[1], reference_text=PROMPT, extra_references=[other] * 4)
+    with pytest.raises(InputError, match="got 1 and no reference"):
+        host.speak(model, TEXT, seed=2, extra_references=[other])
