@@ -186,9 +186,11 @@ class Bert(nn.Module):
 
 def from_state(config: BertConfig | dict, state: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32) -> Bert:
     """A Bert in eval mode from a BertModel or BertForMaskedLM state dict; a missing or misshapen weight is a
-    one-line error."""
+    one-line error. The model is built on the meta device and takes the state's own tensors (cast only where the
+    dtype differs), so loading holds one copy of the weights, not two (chinese-roberta-wwm-ext-large: 1.3 GB)."""
     config = config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
-    model = Bert(config)
+    with torch.device("meta"):
+        model = Bert(config)
     plain = {k.removeprefix("bert."): v for k, v in state.items()}
     expected = model.state_dict()
     missing = sorted(k for k in expected if k not in plain)
@@ -196,5 +198,5 @@ def from_state(config: BertConfig | dict, state: dict[str, torch.Tensor], dtype:
     if missing or wrong:
         problem = f"missing {missing[:3]}" if missing else f"shapes differ for {wrong[:3]}"
         raise CheckpointError(f"the BERT checkpoint does not match its config ({problem}); download it again")
-    model.load_state_dict({k: plain[k] for k in expected})
-    return model.to(dtype).eval()
+    model.load_state_dict({k: plain[k].to(dtype) for k in expected}, assign=True)
+    return model.eval()
