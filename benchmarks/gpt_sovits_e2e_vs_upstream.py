@@ -80,17 +80,11 @@ def entries_of(make) -> list:
 def gpt_full_state(entries: list, eos: int) -> dict:
     """The released GPT's state, drawn as the e2e set draws its tiny GPT (one generator, sorted names), EOS's output
     row zero."""
-    g = torch.Generator().manual_seed(FULL_SEED)
-    state = {}
-    for name, shape in sorted(entries):
-        if name.endswith("alpha") or ("norm" in name and name.endswith("weight")):
-            state[name] = torch.rand(shape, generator=g) + 0.5
-        elif name.endswith("bias"):
-            state[name] = torch.randn(shape, generator=g) * 0.1
-        else:
-            state[name] = torch.randn(shape, generator=g) / shape[-1] ** 0.5 * (3.0 if "embedding" in name else 1)
+    import gpt_sovits_e2e_models as tiny
+
+    state = tiny.gpt_fill(entries, FULL_SEED)
     state["model.ar_predict_layer.weight"][eos] = 0
-    return {name: state[name] for name, _ in entries}
+    return state
 
 
 def write_full(root: Path, paths: dict, tokens: int) -> dict:
@@ -175,6 +169,15 @@ class Stages:
                 setattr(owner, attribute, original)
         self.undo.clear()
 
+    def run(self, run) -> dict:
+        """Time `run` with the wrapped stages, then unwrap them."""
+        try:
+            start = time.perf_counter()
+            run()
+            return self.report(time.perf_counter() - start)
+        finally:
+            self.release()
+
     def report(self, total: float) -> dict:
         stages = {k: round(v, 3) for k, v in sorted(self.exclusive.items())}
         stages["other"] = round(total - sum(self.exclusive.values()), 3)
@@ -196,12 +199,7 @@ def upstream_stages(tts, run) -> dict:
     stages.wrap(tts.t2s_model.model, "infer_panel_batch_infer", "t2s")
     stages.wrap(tts.t2s_model.model, "infer_panel_naive", "t2s")
     stages.wrap(tts.vits_model, "decode", "sovits")
-    try:
-        start = time.perf_counter()
-        run()
-        return stages.report(time.perf_counter() - start)
-    finally:
-        stages.release()
+    return stages.run(run)
 
 
 def our_stages(loaded, run) -> dict:
@@ -220,12 +218,7 @@ def our_stages(loaded, run) -> dict:
     stages.wrap(engine, "speaker_embedding", "speaker")
     stages.wrap(state.t2s, "generate", "t2s")
     stages.wrap(state.sovits, "decode", "sovits")
-    try:
-        start = time.perf_counter()
-        run()
-        return stages.report(time.perf_counter() - start)
-    finally:
-        stages.release()
+    return stages.run(run)
 
 
 def top_ops(run, rows: int = 12) -> list:
@@ -290,18 +283,9 @@ def upstream_config(version: str, sovits, gpt, bert, hubert) -> dict:
                        "cnhuhbert_base_path": str(hubert)}}
 
 
-def params_of(inputs: dict) -> dict:
-    """api_v2's request as our speak parameters (tests/engines/test_gpt_sovits_e2e.py's mapping)."""
-    return {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
-            "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
-            "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
-            "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
-            "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
-            "parallel_infer": inputs["parallel_infer"]}
-
-
 def time_sides(report: dict, args, model: str, paths: dict, wav: Path) -> None:
     """Both sides loaded in this process, the audio compared, the timed runs, the stages and the profile."""
+    import gpt_sovits_e2e_models as tiny
     import gpt_sovits_e2e_references as e2e
     import numpy as np
 
@@ -330,7 +314,7 @@ def time_sides(report: dict, args, model: str, paths: dict, wav: Path) -> None:
         return torch.from_numpy(audio.copy())
 
     def ours():
-        speech = host.speak(loaded, e2e.TEXT, seed=SEED, params=params_of(inputs), reference=reference,
+        speech = host.speak(loaded, e2e.TEXT, seed=SEED, params=tiny.speak_params(inputs), reference=reference,
                             reference_text=e2e.PROMPT_TEXT)
         return (speech.waveform[0] * 32768).round().to(torch.int16)
 

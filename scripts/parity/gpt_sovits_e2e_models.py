@@ -91,7 +91,17 @@ def gpt_state(entries: list) -> dict:
     norm2 bias (a direction every output shares; with these weights the outputs point away from it, so leaning along
     it, as the gpt_sovits_t2s set does, lowers EOS instead), so that EOS rises to the top now and then: at 1.6 some
     fragments end at EOS and some at the early stop."""
-    g = torch.Generator().manual_seed(GPT_SEED)
+    state = gpt_fill(entries, GPT_SEED)
+    last = state[f"model.h.layers.{GPT_CONFIG['model']['n_layer'] - 1}.norm2.bias"]
+    state["model.ar_predict_layer.weight"][GPT_CONFIG["model"]["EOS"]] -= EOS_GAIN * last / last.norm()
+    return state
+
+
+def gpt_fill(entries: list, seed: int) -> dict:
+    """A GPT state for [(name, shape)], in that order, drawn in sorted name order from one generator seeded `seed`:
+    positional alphas and norm scales in [0.5, 1.5), biases small, embeddings at 3/sqrt(dim), the rest at
+    1/sqrt(fan-in) (the benchmark's released-size GPT is drawn the same way)."""
+    g = torch.Generator().manual_seed(seed)
     state = {}
     for name, shape in sorted(entries):
         shape = tuple(shape)
@@ -101,9 +111,17 @@ def gpt_state(entries: list) -> dict:
             state[name] = torch.randn(shape, generator=g) * 0.1
         else:
             state[name] = torch.randn(shape, generator=g) / shape[-1] ** 0.5 * (3.0 if "embedding" in name else 1)
-    last = state[f"model.h.layers.{GPT_CONFIG['model']['n_layer'] - 1}.norm2.bias"]
-    state["model.ar_predict_layer.weight"][GPT_CONFIG["model"]["EOS"]] -= EOS_GAIN * last / last.norm()
     return {name: state[name] for name, _ in entries}
+
+
+def speak_params(inputs: dict) -> dict:
+    """An api_v2 request (TTS.run's inputs) as our speak parameters."""
+    return {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
+            "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
+            "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
+            "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
+            "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
+            "parallel_infer": inputs["parallel_infer"]}
 
 
 def write_gpt(path: Path, entries: list) -> Path:

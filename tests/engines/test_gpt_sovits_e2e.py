@@ -51,16 +51,6 @@ def committed() -> Path:
     return reference_sets().SETS[SET].committed
 
 
-def params_of(inputs: dict) -> dict:
-    """api_v2's request as our speak parameters."""
-    return {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
-            "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
-            "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
-            "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
-            "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
-            "parallel_infer": inputs["parallel_infer"]}
-
-
 def rebuild(folder: Path, target: Path) -> dict:
     """The set's tiny files, rebuilt under `target`."""
     tiny = parity_module("gpt_sovits_e2e_models")
@@ -152,8 +142,10 @@ def speak_as_upstream(loaded, inputs: dict, reference: tuple, first_request: boo
     from mizuoto.engines.gpt_sovits import engine
     from mizuoto.host import speak
 
+    tiny = parity_module("gpt_sovits_e2e_models")
+
     def run():
-        return speak(loaded, inputs["text"], seed=inputs["seed"], params=params_of(inputs), reference=reference,
+        return speak(loaded, inputs["text"], seed=inputs["seed"], params=tiny.speak_params(inputs), reference=reference,
                      reference_text=inputs["prompt_text"] or None)
 
     if first_request:
