@@ -21,6 +21,7 @@ differs from upstream, on purpose: a text that has nothing left to speak after i
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -171,8 +172,6 @@ def _chinese_parts(assets: Path, device: torch.device, dtype: torch.dtype):
     folder = assets / BERT
     if not folder.is_dir():
         return None, None, None
-    import json
-
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     weights = next((folder / n for n in ("model.safetensors", "pytorch_model.bin") if (folder / n).is_file()), None)
     if weights is None:
@@ -262,17 +261,18 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
     sampling = sampling_of(params)
     wave, rate = reference
     wave = torch.as_tensor(wave, dtype=torch.float32).cpu()
-    front = loaded.front_end()
-    fragments = front.fragments(text, params["text_lang"], params["text_split_method"])
-    if not fragments:
-        raise InputError("nothing is left to speak after the text's normalisation (only marks or unreadable "
-                         "characters?); give some words in the chosen text_lang")
-    prompt_phones = prompt_bert = None
-    if not params["ref_free"]:
-        phones, bert, _ = front.prompt(reference_text or "", params["prompt_lang"])
-        prompt_phones, prompt_bert = tuple(phones), bert
     device, dtype = loaded.device, loaded.t2s.bert_proj.weight.dtype
+    # the front end too runs under the request's policy (BERT's attention site) and stops on a cancel
     with torch.inference_mode(), ctx.step():
+        front = loaded.front_end()
+        fragments = front.fragments(text, params["text_lang"], params["text_split_method"])
+        if not fragments:
+            raise InputError("nothing is left to speak after the text's normalisation (only marks or unreadable "
+                             "characters?); give some words in the chosen text_lang")
+        prompt_phones = prompt_bert = None
+        if not params["ref_free"]:
+            phones, bert, _ = front.prompt(reference_text or "", params["prompt_lang"])
+            prompt_phones, prompt_bert = tuple(phones), bert
         refers, sv = timbres(loaded, [(wave, rate), *(extra_references or [])])
         semantic = ref.prompt_tokens(wave, rate, loaded.sampling_rate,
                                      lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)

@@ -136,8 +136,8 @@ class Variant:
 @dataclass(frozen=True)
 class Companion:
     """A second weights file a model loads with, chosen beside it (GPT-SoVITS: a voice is a SoVITS file and a GPT
-    file, trained together): the loader lists the files ending in `suffixes` under models/tts/<engine>/ (and one
-    folder down), the command line takes it as `--<option>`, and the engine reads the chosen path from its load
+    file, trained together): the loader lists the files ending in `suffixes` under models/tts/<engine>/ (and in
+    its subfolders), the command line takes it as `--<option>`, and the engine reads the chosen path from its load
     option `option` ("" when the user left it to the engine: it looks beside the model)."""
 
     option: str  # a load option of the engine (declared in load_options as a str, default "")
@@ -176,7 +176,7 @@ class EngineSpec:
     kind: str = SPEAK  # one of KINDS
     # CONVERT only: the longest source the engine takes in one request (its upstream chunks longer ones itself)
     max_source_seconds: float | None = None
-    # a second weights file chosen with the model (its models are files, listed one folder down too)
+    # a second weights file chosen with the model (its models are files, listed from subfolders too)
     companion: Companion | None = None
 
     def __post_init__(self):

@@ -39,7 +39,7 @@ def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
     """The installed models, as {"name": "<engine>/<entry>", "path": ...}: files with the engine's
     suffixes, and model folders (Hugging Face's with a config.json, or a folder holding a checkpoint file,
     as F5-TTS's are published), downloaded repos included. An engine with a companion file (GPT-SoVITS) lists
-    files only, one folder down too, as its users keep them (SoVITS_weights_v2/<voice>.pth)."""
+    files only, in subfolders too, as its users keep them (SoVITS_weights_v2/<voice>.pth)."""
     if spec.companion is not None:
         return _files(spec, spec.checkpoint_suffixes, models_dir)
     found = []
@@ -55,8 +55,9 @@ def installed(spec: EngineSpec, models_dir=None) -> list[dict[str, str]]:
 
 
 def _files(spec: EngineSpec, suffixes: tuple[str, ...], models_dir=None) -> list[dict[str, str]]:
-    """Files ending in `suffixes` in <base>/<engine>/ and its subfolders (one level; downloads' own nested folders
-    included, since a downloaded repo is one subfolder), by name <engine>/<relative path>."""
+    """Files ending in `suffixes` in <base>/<engine>/ and up to two folders below it (a user's SoVITS_weights_v2/,
+    and a download's own folders: lj1995--GPT-SoVITS/v2Pro/), hidden folders skipped, by name <engine>/<relative
+    path>."""
     found = []
     for base in bases(models_dir):
         root = Path(base) / spec.id

@@ -152,10 +152,11 @@ def speak(loaded: LoadedModel, text: str, seed: int | None = None,
             extra["reference_text"] = reference_text
     if extra_references:
         most = loaded.spec.reference.extra if loaded.spec.reference is not None else 0
-        if "reference" not in extra or len(extra_references) > most:
-            raise InputError(f"{loaded.spec.display_name} takes {'at most ' + str(most) if most else 'no'} extra "
-                             f"reference recordings{' beside its reference' if most else ''}; got "
-                             f"{len(extra_references)}{'' if 'reference' in extra else ' and no reference'}")
+        if len(extra_references) > most:
+            raise InputError(f"{loaded.spec.display_name} takes at most {most} extra reference recordings; got "
+                             f"{len(extra_references)}")
+        if "reference" not in extra:
+            raise InputError("extra reference recordings go with a reference recording; give the reference too")
         extra["extra_references"] = [(loaded.spec.reference.check_extra(wave, rate), int(rate))
                                      for wave, rate in extra_references]
     comfy.ensure_loaded(loaded.patcher)
