@@ -27,11 +27,11 @@ from mizuoto.core.errors import InputError
 
 from . import text_split
 from .bert_features import text_features
+from .declaration import LANGUAGES  # TTS_Config.languages of the v2 family
 from .frontend.clean import phone_ids
 from .synthesize import Fragment
 
 MIN_PHONES = 6  # get_phones_and_bert retries with "." in front below this
-LANGUAGES = ("auto", "auto_yue", "en", "zh", "ja", "yue", "ko", "all_zh", "all_ja", "all_yue", "all_ko")
 CLEANED = ("zh", "ja", "en", "ko", "yue")  # cleaner.clean_text's modules; any other language is read as " " in en
 
 Segmenter = Callable[[str, str], list[dict]]  # LangSegmenter.getTexts(text, default_lang) -> [{"lang", "text"}]
