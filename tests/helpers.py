@@ -240,7 +240,8 @@ def resolve_with_mode(spec, root: Path | None = None) -> tuple[Path, str]:
     sets = reference_sets()
     recorded = (sets.recorded_fingerprint(spec.committed) or {}).get("id")
     here = machine_fingerprint()["id"]
-    if not spec.floats or (recorded == here and not PARITY_FOREIGN):
+    same = sets.same_floats(sets.recorded_fingerprint(spec.committed), machine_fingerprint())
+    if not spec.floats or (same and not PARITY_FOREIGN):
         return spec.committed, "exact, committed references" + ("" if spec.floats else " (integers only)")
     try:
         folder = sets.regenerated(spec, machine_fingerprint(), root=root or PARITY_CACHE,

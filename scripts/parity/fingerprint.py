@@ -128,6 +128,23 @@ def _primitives():
     return cases
 
 
+def _extended():
+    """Primitives added after battery 1 was recorded by the committed sets: outside `id` (which would otherwise
+    change for every set), recorded beside it and compared wherever both fingerprints hold one (same_floats).
+    MKL's FFT picks its code by size and CPU: the 2048-point frames of GPT-SoVITS' spectrogram moved between two
+    machines whose battery 1 agreed."""
+    import torch
+
+    v = _values
+    return {
+        "stft/hann2048": lambda: torch.view_as_real(torch.stft(v(1, 24000, seed=100), 2048, 640,
+                                                               window=torch.hann_window(2048), return_complex=True)),
+        "stft/hann1280": lambda: torch.view_as_real(torch.stft(v(1, 16000, seed=101), 1280, 320,
+                                                               window=torch.hann_window(1280), return_complex=True)),
+        "rfft/2048": lambda: torch.view_as_real(torch.fft.rfft(v(3, 2048, seed=102))),
+    }
+
+
 def _unary(fn):
     return fn(_values(4099, seed=60, scale=3.0))
 
@@ -151,12 +168,12 @@ def _digest(out) -> str:
     return hashlib.sha256(t.numpy().tobytes()).hexdigest()[:16]
 
 
-def battery() -> dict[str, str]:
+def battery(primitives=_primitives) -> dict[str, str]:
     """name -> the first 16 hex digits of the sha256 of the primitive's output."""
     import torch
 
     with torch.inference_mode():
-        return {name: _digest(fn()) for name, fn in _primitives().items()}
+        return {name: _digest(fn()) for name, fn in primitives().items()}
 
 
 def fingerprint() -> dict:
@@ -168,7 +185,16 @@ def fingerprint() -> dict:
               "num_threads": torch.get_num_threads(), "mkldnn": torch.backends.mkldnn.enabled,
               "capability": torch.backends.cpu.get_cpu_capability()}
     identity = hashlib.sha256(json.dumps({**record, "primitives": primitives}, sort_keys=True).encode())
-    return {"id": identity.hexdigest()[:16], **record, "primitives": primitives}
+    return {"id": identity.hexdigest()[:16], **record, "primitives": primitives, "extended": battery(_extended)}
+
+
+def same_floats(recorded: dict | None, here: dict) -> bool:
+    """Whether numbers written at fingerprint `recorded` are this machine's (`here`): the same id, and the same
+    hash for every extended primitive both hold (a set written before one was added is judged without it)."""
+    if not recorded or recorded.get("id") != here["id"]:
+        return False
+    theirs, ours = recorded.get("extended") or {}, here.get("extended") or {}
+    return all(theirs[name] == ours[name] for name in theirs.keys() & ours.keys())
 
 
 # Each pin lifted alone: an environment variable removed, or an in-process setting left at torch's default.

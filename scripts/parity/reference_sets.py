@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import pinned_env  # noqa: E402  (beside this script)
+from fingerprint import same_floats  # noqa: E402  (beside this script)
+from pinned import pinned_env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -287,10 +288,11 @@ def main() -> int:
     sub.add_parser("fingerprint", help="this machine's fingerprint")
     args = parser.parse_args()
     if args.command == "list":
-        here = machine_fingerprint()["id"]
+        here = machine_fingerprint()
         for s in SETS.values():
-            recorded = (recorded_fingerprint(s.committed) or {}).get("id")
-            state = "matches this machine" if recorded == here else f"written at {recorded}, here {here}"
+            recorded = recorded_fingerprint(s.committed)
+            state = "matches this machine" if same_floats(recorded, here) else \
+                f"written at {(recorded or {}).get('id')}, here {here['id']} (or an extended primitive differs)"
             print(f"{s.name:18s} {s.oracle or 'github-only':10s} {state}")
     elif args.command == "write":
         s = SETS[args.name]
