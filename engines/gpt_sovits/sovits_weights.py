@@ -7,6 +7,9 @@ as upstream's `get_sovits_version_from_path_fast` tells it:
   82978 KiB, v2 under 700 MiB, larger files v3/v4);
 - then TTS.init_vits_weights: unless that said v3, v4 or a Pro version, the text embedding decides (322 rows,
   v1's symbols: v1; else v2), so the size rule's "v1" for a small file is v2 with v2's symbols.
+A v3/v4 voice trained by upstream's web UI is a LoRA file (tags b"03", b"04"): the CFM's attention projections as
+LoRA pairs, plus the parts trained whole (ref_enc, bridge, wns1, ...), over the pretrained s2Gv3.pth / s2Gv4.pth
+(`merge_lora`, what peft's merge_and_unload computes after TTS loads the base and then the file).
 `config` is upstream's `utils.HParams` object when the file came from its trainer: it is read as plain dicts by a
 stand-in class allowed for that one name (the load stays weights-only).
 """
@@ -21,10 +24,15 @@ import torch
 
 from mizuoto.core.errors import CheckpointError
 
+from .cfm import cfm_from_state
 from .checkpoint import load_exactly
 from .sovits import SoVITSConfig, SynthesizerV2
+from .sovits_v3 import SynthesizerV3, wns1_layers
 
-SUPPORTED = ("v2", "v2Pro", "v2ProPlus")
+SUPPORTED = ("v2", "v2Pro", "v2ProPlus", "v3", "v4")
+LORA_TAGS = (b"03", b"04")  # head2version's "v3lora", "v4lora"
+LORA_PREFIX = "cfm.base_model.model."  # where peft's wrapper puts the CFM's entries
+LORA_A, LORA_B = ".lora_A.default.weight", ".lora_B.default.weight"
 HEAD_VERSIONS = {b"00": "v1", b"01": "v2", b"02": "v3", b"03": "v3", b"04": "v4", b"05": "v2Pro",
                  b"06": "v2ProPlus"}
 PRETRAINED_MD5 = {  # process_ckpt.hash_pretrained_dict
@@ -36,6 +44,8 @@ PRETRAINED_MD5 = {  # process_ckpt.hash_pretrained_dict
     "66b313e39455b57ab1b0bc0b239c9d0a": "v2ProPlus",  # s2Gv2ProPlus.pth
 }
 V1_SYMBOLS = 322
+# where upstream's default configs keep the pretrained v3 / v4 SoVITS models (in pretrained_models/)
+PRETRAINED = {"v3": "s2Gv3.pth", "v4": "gsv-v4-pretrained/s2Gv4.pth"}
 
 
 class _HParams:
@@ -99,27 +109,82 @@ def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[s
     version = version or told
     if version not in SUPPORTED:
         raise CheckpointError(f"{path.name} is a GPT-SoVITS {version} model; this loader reads "
-                              f"{', '.join(SUPPORTED)} (v1 is retired upstream; v3/v4 are not supported yet)")
+                              f"{', '.join(SUPPORTED)} (v1 is retired upstream)")
+    if (head[:2] in LORA_TAGS) != is_lora(state):
+        raise CheckpointError(f"{path.name}'s tag says {'a' if head[:2] in LORA_TAGS else 'no'} LoRA, its entries "
+                              f"say otherwise; the file is damaged")
     return version, _plain(loaded["config"]), state
 
 
-def load_sovits(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32,
-                version: str | None = None) -> SynthesizerV2:
-    """The SoVITS synthesizer of a weights file, weight norms folded, in eval mode on `device`."""
+def is_lora(state: dict) -> bool:
+    """Whether a SoVITS state is a v3/v4 LoRA voice (over a pretrained base) rather than a whole model."""
+    return any(key.endswith(LORA_A) for key in state)
+
+
+def merge_lora(base: dict, lora: dict) -> dict:
+    """The whole state of a LoRA voice: the base's entries, overwritten by the voice's own, and each LoRA pair merged
+    into its projection as merge_and_unload merges it, in float32 (the model's dtype on the CPU, where upstream loads
+    and merges): W + (B @ A) * (alpha / rank), alpha = rank (s2_train_v3_lora's LoraConfig), so the scale is 1."""
+    merged = dict(base)
+    for key, value in lora.items():
+        if LORA_A in key or LORA_B in key:
+            continue
+        merged["cfm." + key[len(LORA_PREFIX):] if key.startswith(LORA_PREFIX) else key] = value
+    for key in (k for k in lora if k.endswith(LORA_A)):
+        module = key[:-len(LORA_A)]
+        target = ("cfm." + module[len(LORA_PREFIX):] if module.startswith(LORA_PREFIX) else module) + ".weight"
+        down, up = lora[key].float(), lora.get(module + LORA_B)
+        if up is None or target not in base:
+            raise CheckpointError(f"the LoRA voice's {module} has no {'B matrix' if up is None else 'base weight'}; "
+                                  f"the file or its base model is damaged")
+        merged[target] = base[target].float() + (up.float() @ down) * 1.0
+    return merged
+
+
+def load_sovits(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32, version: str | None = None,
+                base: str | Path | None = None) -> SynthesizerV2 | SynthesizerV3:
+    """The SoVITS synthesizer of a weights file, weight norms folded, in eval mode on `device`; a v3/v4 LoRA voice is
+    merged with `base`, its pretrained s2Gv3.pth / s2Gv4.pth."""
     version, config, state = read_sovits_weights(path, version)
+    if is_lora(state):
+        state = merge_lora(read_lora_base(base, version, Path(path).name), state)
     return build_sovits(version, config, state, Path(path).name, device, dtype)
 
 
+def read_lora_base(base: str | Path | None, version: str, voice: str) -> dict:
+    """The pretrained state a LoRA voice of `version` is trained over."""
+    if base is None or not Path(base).is_file():
+        raise CheckpointError(f"{voice} is a {version} LoRA voice and needs the pretrained {version} SoVITS model "
+                              f"{PRETRAINED[version]} from lj1995/GPT-SoVITS in the assets folder")
+    # upstream loads whatever file its config names; a base that has no CFM, or that a released file's checksum
+    # names as the other version, cannot be the one the voice was trained over
+    _, _, state = read_sovits_weights(base, version)
+    with Path(base).open("rb") as file:
+        released = PRETRAINED_MD5.get(hashlib.md5(file.read(8192)).hexdigest())
+    if released not in (None, version) or not any(key.startswith("cfm.") for key in state):
+        raise CheckpointError(f"{voice} is a {version} LoRA voice but {Path(base).name} is not a pretrained {version} "
+                              f"SoVITS model; put {PRETRAINED[version]} in the assets folder")
+    return state
+
+
 def build_sovits(version: str, config: dict, state: dict, name: str, device="cpu",
-                 dtype: torch.dtype = torch.float32) -> SynthesizerV2:
-    """read_sovits_weights' result as the synthesizer (the caller keeps `config`'s data section)."""
+                 dtype: torch.dtype = torch.float32) -> SynthesizerV2 | SynthesizerV3:
+    """read_sovits_weights' result as the synthesizer (the caller keeps `config`'s data section; a LoRA voice's
+    state merged with its base first)."""
     from mizuoto.nn.wavenet import fold_weight_norm
 
     path = Path(name)
     embedding = state.get("enc_p.text_embedding.weight")
     if embedding is None or not isinstance(config.get("model"), dict):
         raise CheckpointError(f"{Path(path).name} lacks its model config or its text embedding; the file is damaged")
-    model = SynthesizerV2(SoVITSConfig.from_checkpoint(version, config["model"], embedding.shape[0]))
+    if is_lora(state):
+        raise CheckpointError(f"{path.name} is a LoRA voice; merge it with its pretrained base first (merge_lora)")
+    sovits_config = SoVITSConfig.from_checkpoint(version, config["model"], embedding.shape[0])
+    if version in ("v3", "v4"):
+        model = SynthesizerV3(sovits_config, cfm_from_state(state, f"{path.name} as a {version} model"),
+                              wns1_layers(state))
+    else:
+        model = SynthesizerV2(sovits_config)
     load_exactly(model, fold_weight_norm(state, dtype), f"{Path(path).name} does not match its config as a {version} "
                  "model", "the file is damaged, or pass the version it is")
     return model.to(device=device, dtype=dtype).eval()

@@ -26,16 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn import bigvgan
 
-# sovits.py's ResBlock1 is upstream's modules.ResBlock1 (weight norm removed) and is reused as is; its Generator is
-# not: it is built from a SoVITS config and always has v2's speaker conditioning (`cond`) and a conv_post without
-# bias, where v4's vocoder has gin_channels 0 (no `cond`) and is_bias=True
-from .sovits import LRELU_SLOPE, ResBlock1
+from .sovits import Generator
 
 MELS = 100
 V3_FOLDER = "models--nvidia--bigvgan_v2_24khz_100band_256x"  # in the assets folder (upstream's pretrained_models)
@@ -64,34 +59,19 @@ class HiFiGANConfig:
 V4_RELEASED = HiFiGANConfig()
 
 
-class HiFiGANVocoder(nn.Module):
+class HiFiGANVocoder(Generator):
     """module/models.py Generator(gin_channels=0, is_bias=True) for inference, with upstream's parameter names."""
 
     def __init__(self, config: HiFiGANConfig = V4_RELEASED):
-        super().__init__()
+        super().__init__(config.mels, config.upsample_initial_channel, config.resblock_kernel_sizes,
+                         config.resblock_dilation_sizes, config.upsample_rates, config.upsample_kernel_sizes,
+                         post_bias=True)
         self.config = config
-        initial = config.upsample_initial_channel
-        self.kernels = len(config.resblock_kernel_sizes)
-        self.conv_pre = nn.Conv1d(config.mels, initial, 7, 1, padding=3)
-        self.ups = nn.ModuleList(
-            nn.ConvTranspose1d(initial // 2 ** i, initial // 2 ** (i + 1), k, u, padding=(k - u) // 2)
-            for i, (u, k) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes, strict=True)))
-        self.resblocks = nn.ModuleList(
-            ResBlock1(initial // 2 ** (i + 1), k, d) for i in range(len(self.ups))
-            for k, d in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=True))
-        self.conv_post = nn.Conv1d(initial // 2 ** len(self.ups), 1, 7, 1, padding=3, bias=True)
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """mel (B, 100, T) -> waveform (B, 1, T * 480) in [-1, 1]."""
         check_mel(mel, self.config.mels, "the v4 vocoder")
-        x = self.conv_pre(mel)
-        for i, up in enumerate(self.ups):
-            x = up(F.leaky_relu(x, LRELU_SLOPE))
-            xs = self.resblocks[i * self.kernels](x)
-            for j in range(1, self.kernels):
-                xs += self.resblocks[i * self.kernels + j](x)
-            x = xs / self.kernels
-        return torch.tanh(self.conv_post(F.leaky_relu(x)))
+        return super().forward(mel)
 
 
 def check_mel(mel, mels: int, what: str) -> None:

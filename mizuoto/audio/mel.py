@@ -145,9 +145,11 @@ def hifigan_frames(samples: int, n_fft: int, hop_length: int) -> int:
 
 
 def hifigan_log_mel(wave: torch.Tensor, *, sample_rate: int, n_fft: int, n_mels: int, hop_length: int,
-                    win_length: int, f_min: float = 0.0, f_max: float | None = None) -> torch.Tensor:
+                    win_length: int, f_min: float = 0.0, f_max: float | None = None,
+                    magnitude_eps: float = MAGNITUDE_EPS) -> torch.Tensor:
     """(batch, samples) float32 audio -> log-mels (batch, n_mels, frames), on the audio's device (the bank and
-    window are built on the CPU and moved, as upstream builds them)."""
+    window are built on the CPU and moved, as upstream builds them). `magnitude_eps`: what the magnitude adds
+    under its square root (GPT-SoVITS' copy, module/mel_processing.py, adds 1e-8)."""
     padding = int((n_fft - hop_length) / 2)
     if wave.shape[-1] <= padding:
         raise InputError(f"the audio is too short for its mel spectrogram: {wave.shape[-1]} samples, it needs at "
@@ -155,6 +157,6 @@ def hifigan_log_mel(wave: torch.Tensor, *, sample_rate: int, n_fft: int, n_mels:
     y = F.pad(wave.unsqueeze(1), (padding, padding), mode="reflect").squeeze(1)
     spec = torch.stft(y, n_fft, hop_length=hop_length, win_length=win_length, window=_hann(win_length).to(y.device),
                       center=False, pad_mode="reflect", normalized=False, onesided=True, return_complex=True)
-    spec = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + MAGNITUDE_EPS)
+    spec = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + magnitude_eps)
     mel = torch.matmul(_librosa_bank(sample_rate, n_fft, n_mels, f_min, f_max).to(y.device), spec)
     return torch.log(torch.clamp(mel, min=LOG_FLOOR))

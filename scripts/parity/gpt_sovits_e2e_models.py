@@ -32,7 +32,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from gpt_sovits_weights import sovits_file_bytes, sovits_state, speaker_state
+from gpt_sovits_weights import sovits_file_bytes, sovits_fill, sovits_state, speaker_state
 
 SOVITS_MODEL = {"inter_channels": 32, "hidden_channels": 192, "filter_channels": 64, "n_heads": 2, "n_layers": 2,
                 "kernel_size": 3, "p_dropout": 0.0, "resblock": "1", "resblock_kernel_sizes": [3, 5],
@@ -56,6 +56,7 @@ GPT_CONFIG = {"model": {"vocab_size": 1025, "phoneme_vocab_size": 732, "embeddin
                         "head": 4, "linear_units": 256, "n_layer": 3, "dropout": 0, "EOS": 1024},
               "data": {"max_sec": 2}}  # TTS.run's early stop: 50 * max_sec = 100 tokens
 GPT_SEED = 20261204
+PROBE_SEED = 1234  # the e2e sets' probes: a decode of upstream's recorded tokens draws its noise from this seed
 EOS_GAIN = 1.6  # how far EOS's row leans against the last norm's bias (gpt_state)
 BERT_SEED, HUBERT_SEED = 400, 500
 BERT_TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")  # tied: from_pretrained ties them
@@ -121,7 +122,7 @@ def speak_params(inputs: dict) -> dict:
             "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
             "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
             "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
-            "parallel_infer": inputs["parallel_infer"]}
+            "parallel_infer": inputs["parallel_infer"], "sample_steps": inputs["sample_steps"]}
 
 
 def write_gpt(path: Path, entries: list) -> Path:
@@ -245,3 +246,90 @@ def write_reference(path: Path) -> Path:
         f.setframerate(REFERENCE_RATE)
         f.writeframes(data)
     return path
+
+
+# --- v3 and v4 (the gpt_sovits_e2e_v3v4 set) --------------------------------------------------------------------------
+# SynthesizerTrnV3 hard-codes its CFM's DiT (dim 1024, depth 22, 16 heads) and wns1's 8 WN layers over 512 channels;
+# the writer builds upstream's own classes narrower (module.models.DiT and .Encoder called with these instead) and our
+# loader reads the sizes from the file. The DiT keeps upstream's text_dim (512: the bridge's width) and dim_head 64.
+V3_DIT = {"dim": 128, "depth": 2, "heads": 2, "ff_mult": 2, "conv_layers": 1}
+V3_WNS1_LAYERS = 2
+V3_MODELS = {"v3": (330, "tiny_e2e_v3.pth", b"02"),  # a whole v3 model (head2version's "02": v3, not LoRA)
+             "v4": (340, "tiny_e2e_v4_lora.pth", b"04")}  # a v4 LoRA voice over V4_BASE
+V4_BASE, V4_BASE_SEED = ("gsv-v4-pretrained", "s2Gv4.pth"), 350  # under pretrained_models, where TTS reads it
+LORA_RANK = 4
+V3_FOLDER = "models--nvidia--bigvgan_v2_24khz_100band_256x"
+V4_VOCODER = ("gsv-v4-pretrained", "vocoder.pth")
+
+
+def v3_config(version: str) -> dict:
+    """The v2 tiny config with inter_channels at hidden_channels' 192, as released: SynthesizerTrnV3's bridge takes
+    inter_channels from the text encoder's hidden output, so upstream runs only when the two agree."""
+    return {**SOVITS_CONFIG, "model": {**SOVITS_MODEL, "inter_channels": 192, "version": version}}
+
+
+def tagged_file_bytes(state: dict, config: dict, tag: bytes | None, lora_rank: int | None = None) -> bytes:
+    """A SoVITS file as savee writes it (float16 weights; my_save2's tag over the zip magic; a LoRA voice records its
+    rank)."""
+    import io
+
+    payload = {"weight": {k: v.half() for k, v in state.items()}, "config": config,
+               "info": "mizuoto parity: tiny random SoVITS"}
+    if lora_rank:
+        payload["lora_rank"] = lora_rank
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    data = buffer.getvalue()
+    return tag + data[2:] if tag else data
+
+
+def write_v3v4(root: Path, record: dict, filters: dict) -> dict:
+    """The v3 file, the v4 LoRA voice and its base, and both vocoders, under `root` (upstream's GPT_SoVITS/: its
+    pretrained_models/ is the assets folder), from the set's record (`v3v4`: entries and seeds). `filters`: the
+    BigVGAN's two anti-aliasing filter buffers ({"upsample": ..., "lowpass": ...}, computed by upstream: every
+    activation holds the same two)."""
+    models = record["v3v4"]
+    assets = root / "pretrained_models"
+    paths = {}
+    seed, name, tag = V3_MODELS["v3"]
+    paths["v3"] = root / name
+    paths["v3"].write_bytes(tagged_file_bytes(cfm_state(models["v3"]["entries"], seed), v3_config("v3"), tag))
+    base = assets.joinpath(*V4_BASE)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.write_bytes(tagged_file_bytes(cfm_state(models["v4"]["entries"], V4_BASE_SEED), v3_config("v4"), None))
+    seed, name, tag = V3_MODELS["v4"]
+    paths["v4"] = root / name
+    paths["v4"].write_bytes(tagged_file_bytes(sovits_state(models["v4_lora"]["entries"], seed), v3_config("v4"), tag,
+                                              LORA_RANK))
+    vocoders = record["vocoders"]
+    folder = assets / V3_FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(vocoders["v3"]["config"], indent=2) + "\n")
+    kept = {n: filters[kind] for n, _ in vocoders["v3"]["entries"] for kind, suffix in BIGVGAN_FILTERS.items()
+            if n.endswith(suffix)}
+    torch.save({"generator": vocoder_fill(vocoders["v3"]["entries"], vocoders["v3"]["seed"], vocoders["v3"]["scale"],
+                                          kept)}, folder / "bigvgan_generator.pt")
+    torch.save(vocoder_fill(vocoders["v4"]["entries"], vocoders["v4"]["seed"], vocoders["v4"]["scale"], {}),
+               assets.joinpath(*V4_VOCODER))
+    return paths
+
+
+# The DiT's output projection, scaled down: at 1/sqrt(fan-in) the tiny DiT's velocity is tens of units, its mels
+# leave the trained [-1, 1] range by far and the vocoders' audio is clipped at +-1 almost everywhere, which would
+# hide most of the waveform from the comparison; at this scale the mels stay near the range and little is clipped.
+CFM_OUTPUT_SCALE = {"cfm.estimator.proj_out.weight": 0.05, "cfm.estimator.proj_out.bias": 0.05}
+
+
+def cfm_state(entries: list, seed: int) -> dict:
+    """sovits_state with the DiT's output projection at CFM_OUTPUT_SCALE."""
+    return {name: value * CFM_OUTPUT_SCALE.get(name, 1.0) for name, value in sovits_state(entries, seed).items()}
+
+
+BIGVGAN_FILTERS = {"upsample": ".upsample.filter", "lowpass": ".downsample.lowpass.filter"}
+
+
+def vocoder_fill(entries: list, seed: int, scale: dict, kept: dict) -> dict:
+    """A vocoder's state as the gpt_sovits_vocoder set fills it: entry i from sovits_fill(seed + i) times
+    scale.get(name, 1); the anti-aliasing filter buffers from `kept`."""
+    return {name: kept[name] if name.endswith(".filter") else sovits_fill(name, tuple(shape), seed + i)
+            * scale.get(name, 1.0) for i, (name, shape) in enumerate(entries)}

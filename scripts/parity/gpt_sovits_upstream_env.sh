@@ -12,7 +12,8 @@
 # pipeline (gpt_sovits_e2e: librosa 0.11.0 with soxr, as voxcpm's venv, and scikit-learn's narwhals, which
 # transformers then imports). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for training) and tqdm;
 # module/models.py imports einops and, through f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and
-# torch-einops-utils.
+# torch-einops-utils. v3/v4 LoRA files (gpt_sovits_e2e's v3/v4 cases): peft 0.17.1 (upstream's requirements: peft<0.18)
+# with accelerate 1.16.0 and psutil.
 # The checkout's large files (the English dictionary pickle, the Japanese user dictionary) need not be present: mark
 # them skip-worktree so the recorded commit reads unmodified.
 set -euo pipefail
@@ -21,6 +22,7 @@ rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q --no-deps -r /dev/stdin <<'PINS'
+accelerate==1.16.0
 annotated-types==0.7.0
 audioread==3.1.0
 budoux==0.10.1
@@ -68,9 +70,11 @@ onnx==1.23.2
 onnxruntime==1.32.0
 OpenCC==1.4.2
 packaging==26.4
+peft==0.17.1
 platformdirs==4.14.9
 pooch==1.9.0
 proces==0.1.7
+psutil==7.2.2
 protobuf==7.36.2
 pycparser==3.12
 pydantic-core==2.27.2

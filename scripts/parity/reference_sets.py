@@ -159,6 +159,13 @@ SETS = {s.name: s for s in (
                         "tests/parity/data/gpt_sovits_zh_g2p/g2pw/POLYPHONIC_CHARS.txt"),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v2, v2Pro and "
                           "v2ProPlus, on tiny models)"),
+    ReferenceSet("gpt_sovits_e2e_v3v4", None,
+                 (("gpt_sovits_e2e_v3v4_references.py", OUT, "--checkout", CHECKOUT),),
+                 needs=("tests/parity/data/gpt_sovits_zh_g2p/bert/vocab.txt",
+                        "tests/parity/data/gpt_sovits_zh_g2p/g2pw/g2pW.onnx",
+                        "tests/parity/data/gpt_sovits_vocoder/references.safetensors"),
+                 upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v3 with "
+                          "BigVGAN and a v4 LoRA voice with its HiFi-GAN, peft 0.17.1, on tiny models)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
