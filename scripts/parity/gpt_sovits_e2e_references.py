@@ -40,14 +40,14 @@ librosa.load(sr=16000) for the prompt is librosa 0.11.0 itself.
 Per case, OUTDIR/references.safetensors holds what upstream's TextPreprocessor produced (each fragment's phone ids
 and BERT features, the prompt's), the prompt's semantic tokens, for v2Pro/v2ProPlus the speaker embedding
 sv_model.compute_embedding3 returned (the same for every batch), the semantic tokens SoVITS decoded per fragment
-(TTS.run's y[-idx:]) and the int16 audio run yielded; OUTDIR/references.json the models' record (configs, names
-and shapes: the test rebuilds the files), the cases, the normalised texts, the processing order, how each
-fragment's generation ended and whether the request extracted the reference's prompt (the first request with a
-reference does, and its T2S then samples after CN-HuBERT's per-layer draws: see LAST_CASE); OUTDIR/reference.wav the
-recording. The v2 cases run on one TTS, then each PRO_CASES model's cases on a TTS of its own (a fresh prompt cache:
-its first case extracts the reference; the speaker path draws nothing, Kaldi's fbank runs with dither 0, and caches
-only the 16 kHz audio, in prompt_cache["refer_spec"]).
-"""
+(TTS.run's y[-idx:]), the int16 audio run yielded and a probe (SoVITS' decode of the first fragment's tokens with
+noise from PROBE_SEED: the audio's arithmetic with nothing free-running before it); OUTDIR/references.json the
+models' record (configs, names and shapes: the test rebuilds the files), the cases, the normalised texts, the
+processing order, how each fragment's generation ended and whether the request extracted the reference's prompt (the
+first request with a reference does, and its T2S then samples after CN-HuBERT's per-layer draws: see LAST_CASE);
+OUTDIR/reference.wav the recording. The v2 cases run on one TTS, then each PRO_CASES model's cases on a TTS of its
+own (a fresh prompt cache: its first case extracts the reference; the speaker path draws nothing, Kaldi's fbank runs
+with dither 0, and caches only the 16 kHz audio, in prompt_cache["refer_spec"]). """
 
 from __future__ import annotations
 
@@ -374,6 +374,7 @@ def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info
         refs[f"{name}/prompt/phones"] = torch.tensor(cache["phones"], dtype=torch.long)
         refs[f"{name}/prompt/bert"] = cache["bert_features"].float().contiguous()
     refs[f"{name}/prompt/semantic"] = tts.prompt_cache["prompt_semantic"].long()
+    refs[f"{name}/probe"] = probe(tts, refs[f"{name}/fragment0/tokens"], refs[f"{name}/fragment0/phones"])
     if model != "v2":  # every batch embeds the same cached 16 kHz audio
         assert recorder.speaker and all(torch.equal(e, recorder.speaker[0]) for e in recorder.speaker)
         refs[f"{name}/speaker"] = recorder.speaker[0].float().contiguous()
@@ -385,6 +386,18 @@ def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info
         "reference_extracted": recorder.extracted,
         "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0,
         **({"model": model, "speaker_calls": len(recorder.speaker)} if model != "v2" else {})}
+
+
+def probe(tts, tokens: torch.Tensor, phones: torch.Tensor) -> torch.Tensor:
+    """SoVITS' decode of one fragment's recorded tokens with the request's references, noise from PROBE_SEED: the
+    arithmetic of the audio with nothing free-running before it (tests/fallback.py's Comparison.probe)."""
+    specs = [spec.float() for spec, _ in tts.prompt_cache["refer_spec"]]
+    sv = [tts.sv_model.compute_embedding3(audio) for _, audio in tts.prompt_cache["refer_spec"]] \
+        if tts.is_v2pro else None
+    torch.manual_seed(tiny.PROBE_SEED)
+    with torch.no_grad():
+        audio = tts.vits_model.decode(tokens.view(1, 1, -1), phones.view(1, -1), specs, speed=1.0, sv_emb=sv)
+    return audio[0, 0].float().contiguous()
 
 
 def outputs(checkout: Path) -> tuple[dict, dict]:

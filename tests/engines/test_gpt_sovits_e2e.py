@@ -12,10 +12,12 @@ recording (read with mizuoto.audio.files), in a pinned subprocess. Compared per 
 difference says where it starts: each fragment's phones (exact everywhere: strings to integers), each fragment's and
 the prompt's BERT features, the prompt's semantic tokens, for v2Pro/v2ProPlus the speaker embedding SoVITS received
 (upstream's sv.SV.compute_embedding3 on _get_ref_spec's 16 kHz copy; ours as engine.speak computes it), the semantic
-tokens each fragment decoded, and the final int16 audio. Where the set's fingerprint is this machine's all of it is
-bitwise; elsewhere tests/fallback.py compares the BERT features within TOLERANCE (the speaker embeddings within
-SPEAKER_TOLERANCE) and reports the free-running tokens and audio (and the prompt's tokens, an argmin over floats) as
-not compared.
+tokens each fragment decoded, and the final int16 audio; first of all, each case's probe (SoVITS' decode of
+upstream's first fragment from its recorded tokens and seeded noise: the audio's arithmetic, nothing free-running).
+Where the set's fingerprint is this machine's and the probes are bitwise, all of it is bitwise; elsewhere
+tests/fallback.py compares the probes within PROBE_TOLERANCE, the BERT features within TOLERANCE (the speaker
+embeddings within SPEAKER_TOLERANCE) and reports the free-running tokens and audio (and the prompt's tokens, an argmin
+over floats) as not compared.
 
 Upstream's first request with a reference differs from the later ones: TTS.run extracts the reference's prompt only
 when its path changes, and CN-HuBERT's encoder (transformers' HubertEncoder) draws torch.rand([]) from the global
@@ -43,6 +45,7 @@ from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 SET = "gpt_sovits_e2e"
 TOLERANCE = 2.5e-5  # BERT features in the fallback: 10x the measured spread (spread.json: at most 2.5e-6)
+PROBE_TOLERANCE = 5e-4  # the probe's audio (up to 1): 9x the measured spread (spread.json: at most 5.4e-5, v2Pro)
 SPEAKER_TOLERANCE = 1.5e-2  # the released-size ERes2NetV2 (values up to 94): 10x the spread (spread.json: 1.45e-3)
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
 
@@ -63,8 +66,9 @@ def rebuild(folder: Path, target: Path) -> dict:
 
 def ours(folder: Path, out: Path) -> dict:
     """Our engine on the set's cases: what its front end makes of each text and transcript, the prompt's tokens,
-    the tokens each T2S call returned (in call order) and the audio host.speak returns, saved to `out`."""
-    from safetensors.torch import save_file
+    the tokens each T2S call returned (in call order), the audio host.speak returns and the probe, saved to
+    `out`."""
+    from safetensors.torch import load_file, save_file
 
     from mizuoto.audio import files
     from mizuoto.engines.gpt_sovits import engine
@@ -72,6 +76,7 @@ def ours(folder: Path, out: Path) -> dict:
     from mizuoto.host import load_model
 
     info = json.loads((folder / "references.json").read_text())
+    theirs = load_file(str(folder / "references.safetensors"))
     paths = rebuild(folder, out.parent / "models")
     wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
     results = {}
@@ -128,12 +133,27 @@ def ours(folder: Path, out: Path) -> dict:
             if speakers:
                 results[f"{name}/speaker"] = speakers[0].float().contiguous()
             results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
+            results[f"{name}/probe"] = probe(state, (wave, rate), theirs[f"{name}/fragment0/tokens"],
+                                             theirs[f"{name}/fragment0/phones"])
     finally:
         engine.speaker_embedding = embed
         for loaded in models.values():
             del loaded.state.t2s.generate
     save_file({k: v.contiguous() for k, v in results.items()}, str(out))
     return {"saved": str(out)}
+
+
+def probe(state, reference: tuple, tokens: torch.Tensor, phones: torch.Tensor) -> torch.Tensor:
+    """The writer's probe: SoVITS' decode of upstream's first fragment (its recorded tokens) with the reference's
+    timbre, noise from PROBE_SEED."""
+    from mizuoto.engines.gpt_sovits import engine
+
+    seed = parity_module("gpt_sovits_e2e_models").PROBE_SEED
+    with torch.inference_mode():
+        refers, sv = engine.timbres(state, [reference])
+        audio = state.sovits.decode(tokens.view(1, 1, -1), phones.view(1, -1), refers,
+                                    torch.Generator().manual_seed(seed), speed=1.0, sv=sv)
+    return audio[0, 0].float().contiguous()
 
 
 def speak_as_upstream(loaded, inputs: dict, reference: tuple, first_request: bool):
@@ -164,6 +184,9 @@ def compare(folder: Path, ours_file: Path, comparison: Comparison) -> Comparison
 
     theirs, mine = load_file(str(folder / "references.safetensors")), load_file(str(ours_file))
     info = json.loads((folder / "references.json").read_text())
+    for name in info["cases"]:  # before anything free-running: a probe that moved turns exact mode off
+        comparison.probe(f"{name}: SoVITS decode of upstream's first fragment (probe)", mine[f"{name}/probe"],
+                         theirs[f"{name}/probe"], PROBE_TOLERANCE)
     for name, case in info["cases"].items():
         count = len(case["normalized"])
         got = sorted(k for k in mine if k.startswith(f"{name}/fragment") and k.endswith("/phones"))

@@ -7,8 +7,10 @@ whole v3 file with BigVGAN, a v4 LoRA voice over its base with the v4 HiFi-GAN, 
 gpt_sovits_vocoder set fills them), loaded with mizuoto.host.load_model and spoken with mizuoto.host.speak in a pinned
 subprocess. The `layout` cases shrink T_ref / T_chunk on both sides (upstream's vocoder_configs, our LAYOUTS) so that a
 fragment takes several CFM chunks at tiny lengths: parallel (one batch, SOLA joins) and rolling (parallel_infer off).
-Compared per case, stage by stage: phones (exact), BERT features, the prompt's tokens, each fragment's tokens and the
-int16 audio (bitwise where the set's fingerprint is this machine's; elsewhere tests/fallback.py).
+Compared first, each case's probe (the rolling path on upstream's first fragment, from its recorded tokens and prompt,
+the CFM's noise seeded: the CFM's and the vocoder's arithmetic with nothing free-running); then per case, stage by
+stage: phones (exact), BERT features, the prompt's tokens, each fragment's tokens and the int16 audio (bitwise where
+the set's fingerprint is this machine's and the probes are bitwise; elsewhere tests/fallback.py).
 """
 
 import json
