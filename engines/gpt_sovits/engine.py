@@ -211,13 +211,13 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, op
     sovits_path = sovits_file(Path(source))
     choice = options.load_options.get("version", "auto")
     version, config, state = read_sovits_weights(sovits_path, None if choice == "auto" else choice)
+    gpt_path = gpt_file(sovits_path, options.load_options.get("gpt_weights", ""))  # the voice's other half first
     assets = find_assets(sovits_path, options.load_options.get("assets", ""))
     if is_lora(state):  # a v3/v4 voice trained as LoRA over the pretrained model in the assets folder
         state = merge_lora(read_lora_base(assets / PRETRAINED[version], version, sovits_path.name), state)
     sovits = build_sovits(version, config, state, sovits_path.name, device, dtype)
     del state
     vocoder = load_vocoder(version, assets, device, dtype) if isinstance(sovits, SynthesizerV3) else None
-    gpt_path = gpt_file(sovits_path, options.load_options.get("gpt_weights", ""))
     t2s = load_gpt(gpt_path, device, dtype)
     hubert = load_folder(assets / HUBERT, dtype).to(device)
     encoder = load_speaker_encoder(assets.joinpath(*SPEAKER), device, dtype) if sovits.config.is_pro else None
