@@ -2,9 +2,10 @@
 second with its step as CUDA graph segments and without (bit for bit the same tokens), float32 and float16; the
 SoVITS decode's real-time factor; one fragment's synthesis (T2S + SoVITS) as a real-time factor and the time to its
 first audio, for v2 and for v2ProPlus (its ERes2NetV2 speaker embedding of a 5 s reference included, as each request
-computes it); and the peak memory.
+computes it); v4's CFM (eager and as CUDA graph segments, the same mel), its 48 kHz vocoder and one v4 fragment's
+real-time factor; and the peak memory.
 
-    python scripts/gpt_sovits_gpu_check.py [--json OUT.json] [--tokens 250] [--device cuda]
+    python scripts/gpt_sovits_gpu_check.py [--json OUT.json] [--tokens 250] [--sample-steps 32] [--device cuda]
 
 The models are Mizuoto's own modules at the released sizes (the GPT of s1longer-v2.yaml: 512 x 24, 16 heads,
 1025 semantic tokens; the SoVITS of s2.json with v2's 732 symbols), so no upstream package and no download is
@@ -73,11 +74,58 @@ def timed(fn, device, repeats: int = 3):
     return best, out
 
 
+def v4(report: dict, device, model, fragment, ref, refer, sampling, steps: int) -> bool:
+    """v4 at its released size: the CFM's `steps` Euler steps over a batch of two chunks (one fragment of about
+    8 s at T_chunk 1000) eager and as CUDA graph segments (the same bits), the 48 kHz vocoder, and one fragment's
+    synthesis (T2S, features, CFM, vocoder) as a real-time factor, float32."""
+    from mizuoto.engines.gpt_sovits import cfm, sovits_v3, vocoder, vocoder_synthesis
+
+    config = sovits.SoVITSConfig.from_checkpoint("v4", sovits.RELEASED_V2, 732)
+    synth = random_(sovits_v3.SynthesizerV3(config, cfm.CFM(cfm.CFMConfig())), 9).to(device)
+    voc = random_(vocoder.HiFiGANVocoder(), 10).to(device)
+    g = torch.Generator().manual_seed(11)
+    mu = torch.randn(2, 1000, 512, generator=g).to(device)
+    prompt = torch.randn(1, 100, 500, generator=g).to(device)
+    lengths = torch.tensor([1000], device=device)
+    runs = {}
+    for graphs in ((None, Graphs(device)) if device.type == "cuda" else (None,)):
+        def run(graphs=graphs):
+            return synth.cfm.inference(mu, lengths, prompt, steps, generator=torch.Generator(device).manual_seed(12),
+                                       graphs=graphs)
+        runs["graphs" if graphs is not None else "eager"] = timed(run, device)
+    for kind, (seconds, _) in runs.items():
+        report[f"v4_cfm_{steps}_steps_{kind}_s"] = round(seconds, 3)
+    same = "graphs" not in runs or bool(torch.equal(runs["graphs"][1], runs["eager"][1]))
+    report["v4_cfm_graphs_same_mel"] = same
+    seconds, wave = timed(lambda: torch.inference_mode()(voc)(prompt * 0.1 - 5), device)
+    report["v4_vocoder_rtf"] = round(seconds / (wave.shape[-1] / 48000), 4)
+    layout = vocoder_synthesis.LAYOUTS["v4"]
+    graphs = Graphs(device) if device.type == "cuda" else None
+
+    def speak():
+        with torch.inference_mode():
+            start = vocoder_synthesis.MelPrompt(prompt, torch.randn(1, 512, 500, generator=g).to(device),
+                                                synth.timbre(refer))
+
+            def decode(tokens, text):
+                return vocoder_synthesis.render_batched(synth, voc, layout, start, [(tokens, text)], steps,
+                                                        torch.Generator(device).manual_seed(13), graphs=graphs)[0]
+            return synthesize.synthesize_with(model, decode, [fragment], ref, sampling,
+                                              torch.Generator(device).manual_seed(6), vocoder=True, graphs=graphs,
+                                              fragment_interval=0)
+    seconds, wave = timed(speak, device)
+    report["v4_fragment_audio_s"] = round(wave.shape[-1] / 48000, 2)
+    report["v4_fragment_rtf"] = round(seconds / (wave.shape[-1] / 48000), 4)
+    report["v4_first_audio_ms"] = round(seconds * 1000, 1)
+    return same
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--sample-steps", type=int, default=32, help="v4's CFM steps (api_v2's default)")
     args = parser.parse_args()
     device = torch.device(args.device)
     report, ok = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}, True
@@ -144,6 +192,7 @@ def main() -> int:
     report["v2proplus_first_audio_ms"] = round(seconds * 1000, 1)
     report["goal_v2proplus_rtf_0.02_first_audio_150ms"] = bool(report["v2proplus_fragment_rtf"] <= 0.02
                                                                and report["v2proplus_first_audio_ms"] <= 150)
+    ok &= v4(report, device, model, fragment, ref, refer, sampling, args.sample_steps)
     if device.type == "cuda":
         report["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
     report["ok"] = ok
