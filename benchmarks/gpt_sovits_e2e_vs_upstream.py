@@ -186,7 +186,8 @@ class Stages:
         return stages
 
 
-def upstream_stages(tts, run) -> dict:
+def upstream_front_stages(tts) -> Stages:
+    """Upstream's stages up to the GPT's tokens (front end, BERT, reference, CN-HuBERT, T2S), wrapped."""
     stages = Stages()
     pre = tts.text_preprocessor
     stages.wrap(pre, "preprocess", "front_end")
@@ -194,15 +195,13 @@ def upstream_stages(tts, run) -> dict:
     stages.wrap(tts.bert_model, "forward", "bert")
     stages.wrap(tts, "set_ref_audio", "reference")
     stages.wrap(tts.cnhuhbert_model.model, "forward", "hubert")
-    if tts.sv_model is not None:
-        stages.wrap(tts.sv_model, "compute_embedding3", "speaker")
     stages.wrap(tts.t2s_model.model, "infer_panel_batch_infer", "t2s")
     stages.wrap(tts.t2s_model.model, "infer_panel_naive", "t2s")
-    stages.wrap(tts.vits_model, "decode", "sovits")
-    return stages.run(run)
+    return stages
 
 
-def our_stages(loaded, run) -> dict:
+def our_front_stages(loaded) -> Stages:
+    """Ours up to the GPT's tokens, wrapped as upstream_front_stages names them."""
     from mizuoto.engines.gpt_sovits import engine
     from mizuoto.engines.gpt_sovits import reference as ref
     from mizuoto.engines.gpt_sovits.text_frontend import TextFrontEnd
@@ -215,9 +214,24 @@ def our_stages(loaded, run) -> dict:
     stages.wrap(engine, "timbres", "reference")
     stages.wrap(ref, "prompt_tokens", "reference")
     stages.wrap(state.hubert, "forward", "hubert")
-    stages.wrap(engine, "speaker_embedding", "speaker")
     stages.wrap(state.t2s, "generate", "t2s")
-    stages.wrap(state.sovits, "decode", "sovits")
+    return stages
+
+
+def upstream_stages(tts, run) -> dict:
+    stages = upstream_front_stages(tts)
+    if tts.sv_model is not None:
+        stages.wrap(tts.sv_model, "compute_embedding3", "speaker")
+    stages.wrap(tts.vits_model, "decode", "sovits")
+    return stages.run(run)
+
+
+def our_stages(loaded, run) -> dict:
+    from mizuoto.engines.gpt_sovits import engine
+
+    stages = our_front_stages(loaded)
+    stages.wrap(engine, "speaker_embedding", "speaker")
+    stages.wrap(loaded.state.sovits, "decode", "sovits")
     return stages.run(run)
 
 
