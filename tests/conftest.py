@@ -20,6 +20,11 @@ dispatch.DEBUG = True
 def pytest_sessionfinish(session, exitstatus):
     """With MIZUOTO_TEST_ACCEL=count, fail the run when a declared attention site of an engine never
     went through the dispatcher (a call site that bypasses accel.attention, or an untested one)."""
+    if helpers.PARITY_CENSUS:  # census.py write reads how each set was compared
+        import json
+
+        census = helpers.parity_module("census")
+        (Path(helpers.PARITY_CENSUS) / census.MODES_FILE).write_text(json.dumps(helpers.PARITY_MODES))
     if not dispatch.COUNT:
         return
     from mizuoto import engines

@@ -39,19 +39,10 @@ class Comparison:
     @classmethod
     def for_folder(cls, name: str, folder: Path) -> "Comparison":
         """Exact where the set in `folder` was written at this machine's fingerprint, else the fallback."""
-        sets = helpers.reference_sets()
-        written, here = sets.recorded_fingerprint(folder), helpers.machine_fingerprint()
-        recorded, here_id = (written or {}).get("id"), here["id"]
-        if sets.same_floats(written, here) and not helpers.PARITY_FOREIGN:
-            comparison = cls(name, True, f"fingerprint {here_id} is the writer's")
-        elif sets.same_floats(written, here):
-            comparison = cls(name, False, "MIZUOTO_PARITY_FOREIGN=1: acting as a machine with other floats")
-        elif recorded == here_id:
-            comparison = cls(name, False, f"fingerprint {here_id} is the writer's, but an extended primitive "
-                                          f"differs (fingerprint.py's _extended)")
-        else:
-            comparison = cls(name, False, f"written at fingerprint {recorded}, this machine measures {here_id}")
-        return comparison
+        same, why = helpers.writers_floats(name, folder)
+        if same and helpers.PARITY_FOREIGN:
+            return cls(name, False, "MIZUOTO_PARITY_FOREIGN=1: acting as a machine with other floats")
+        return cls(name, same, why)
 
     @classmethod
     def for_set(cls, name: str) -> "Comparison":

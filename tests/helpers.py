@@ -112,6 +112,8 @@ PARITY_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts" / "parity"
 # GitHub-only sets fall back to tolerances), to measure a cold run or check the writers on this machine.
 PARITY_CACHE = Path(os.environ["MIZUOTO_PARITY_CACHE"]) if os.environ.get("MIZUOTO_PARITY_CACHE") else None
 PARITY_FOREIGN = os.environ.get("MIZUOTO_PARITY_FOREIGN") == "1"
+# MIZUOTO_PARITY_CENSUS=DIR: every pinned comparison run records its library-backed calls there (census.py write).
+PARITY_CENSUS = os.environ.get("MIZUOTO_PARITY_CENSUS")
 
 
 def load_pack(name: str):
@@ -171,9 +173,12 @@ def reference_sets():
     return parity_module("reference_sets")
 
 
-# The run in a pinned process: the in-process pins first, then the script as __main__.
-_PINNED_RUNNER = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); import pinned; pinned.apply_in_process(); "
-                  "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+# The run in a pinned process: the in-process pins first, then the script as __main__ (recording its census
+# calls where MIZUOTO_PARITY_CENSUS says so).
+_PINNED_RUNNER = ("import os, runpy, sys; sys.path.insert(0, sys.argv[1]); import pinned; pinned.apply_in_process(); "
+                  "sys.argv = sys.argv[2:]; import census; "
+                  "census.run_recording(sys.argv) if os.environ.get(census.RECORD_ENV) else "
+                  "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def bit_diff(ours: torch.Tensor, theirs: torch.Tensor):
@@ -193,6 +198,8 @@ def run_pinned(script, *args, timeout: int = 600) -> dict:
 
     require_avx2()
     env = parity_module("pinned").pinned_env()
+    if PARITY_CENSUS:
+        env[parity_module("census").RECORD_ENV] = PARITY_CENSUS
     done = subprocess.run([sys.executable, "-c", _PINNED_RUNNER, str(PARITY_SCRIPTS), str(script), *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -212,6 +219,34 @@ def machine_fingerprint() -> dict:
     """This machine's fingerprint under the pins (measured once per test session)."""
     require_avx2()
     return reference_sets().machine_fingerprint()
+
+
+@functools.lru_cache(maxsize=None)
+def census_moves() -> dict[str, int]:
+    """Committed set -> how many of its census calls (census.py) hash differently here; measured once per test
+    session, for every set with a census, in one pinned process."""
+    require_avx2()
+    sets = reference_sets()
+    return parity_module("census").moved({name: spec.committed for name, spec in sets.SETS.items()})
+
+
+def writers_floats(name: str, folder: Path) -> tuple[bool, str]:
+    """Whether the numbers of set `name` in `folder` are this machine's floats, and why: the fingerprint's
+    battery and extended primitives agree with the writer's (fingerprint.same_floats), and, for a committed set,
+    every call of its census hashes as where it was recorded. A set written here (the cache) is this machine's."""
+    sets = reference_sets()
+    written, here = sets.recorded_fingerprint(folder), machine_fingerprint()
+    recorded = (written or {}).get("id")
+    if not sets.same_floats(written, here):
+        if recorded == here["id"]:
+            return False, f"fingerprint {here['id']} is the writer's, but an extended primitive differs " \
+                          f"(fingerprint.py's _extended)"
+        return False, f"written at fingerprint {recorded}, this machine measures {here['id']}"
+    spec = sets.SETS.get(name)
+    if spec is not None and Path(folder) == spec.committed and census_moves().get(name):
+        return False, f"fingerprint {here['id']} is the writer's, but {census_moves()[name]} calls of the set's " \
+                      f"census round differently here (census.py)"
+    return True, f"fingerprint {here['id']} is the writer's"
 
 
 # name -> how its comparisons run here: "exact (committed)", "exact (written here)" or "tolerance (...)";
@@ -238,19 +273,19 @@ def resolve_with_mode(spec, root: Path | None = None) -> tuple[Path, str]:
     import pytest
 
     sets = reference_sets()
-    recorded = (sets.recorded_fingerprint(spec.committed) or {}).get("id")
-    here = machine_fingerprint()["id"]
-    same = sets.same_floats(sets.recorded_fingerprint(spec.committed), machine_fingerprint())
-    if not spec.floats or (same and not PARITY_FOREIGN):
-        return spec.committed, "exact, committed references" + ("" if spec.floats else " (integers only)")
+    if not spec.floats:
+        return spec.committed, "exact, committed references (integers only)"
+    same, why = writers_floats(spec.name, spec.committed)
+    if same and not PARITY_FOREIGN:
+        return spec.committed, "exact, committed references"
     try:
         folder = sets.regenerated(spec, machine_fingerprint(), root=root or PARITY_CACHE,
                                   log=lambda line: print(line, file=sys.stderr))
     except sets.RegenerationError as error:
-        pytest.fail(f"{spec.name}: the stored references were written at fingerprint {recorded}, this machine "
-                    f"measures {here}, and {error}; run where PyPI is reachable, or rewrite them here with "
+        pytest.fail(f"{spec.name}: the stored references are not this machine's floats ({why}), and {error}; run "
+                    f"where PyPI is reachable, or rewrite them here with "
                     f"`python scripts/parity/reference_sets.py write {spec.name}`", pytrace=False)
-    return folder, f"exact, written here by {spec.upstream} ({folder})"
+    return folder, f"exact, written here by {spec.upstream} ({folder}; {why})"
 
 
 def fingerprint(t: torch.Tensor) -> dict:

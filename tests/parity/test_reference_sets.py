@@ -76,6 +76,9 @@ def test_fingerprint_notices_other_floats(lift, moved):
         pytest.skip("this machine's own level is avx2: lifting the pin changes nothing")
     pinned = machine_fingerprint()["primitives"]
     lifted = helpers.parity_module("fingerprint").lifted_battery(lift)
+    if lift == "MKL_CBWR" and all(lifted[n] == pinned[n] for n in pinned if n.split("/")[0] in ("mm", "linear", "bmm")):
+        # on some CPUs MKL's own choice for every battery GEMM is its compatible code: nothing can move there
+        pytest.skip("MKL runs its compatible GEMM code on this CPU without the pin too")
     assert lifted[moved] != pinned[moved]
     assert lifted["unary/exp"] == pinned["unary/exp"]  # only what that pin governs moves
 
@@ -99,9 +102,10 @@ def test_a_foreign_set_is_written_again_by_its_upstream_and_compared_exactly(tmp
     written, committed = tree_digest(folder), tree_digest(sets.SETS["voxcpm/cfm"].committed)
     if sets.same_floats(sets.recorded_fingerprint(sets.SETS["voxcpm/cfm"].committed), machine_fingerprint()):
         # the writers are deterministic: the same floats give the same bytes (the fingerprint file may now hold
-        # extended primitives the committed one was written without)
-        assert {k: v for k, v in written.items() if k != "fingerprint.json"} == \
-            {k: v for k, v in committed.items() if k != "fingerprint.json"}
+        # extended primitives the committed one was written without; the census is recorded from our side)
+        beside = ("fingerprint.json", "census.json")
+        assert {k: v for k, v in written.items() if k not in beside} == \
+            {k: v for k, v in committed.items() if k not in beside}
     assert resolve(spec) == folder  # the second time, from the cache
     diffs = run_pinned(REPO / "tests" / "engines" / "test_voxcpm_cfm.py", folder, "dit", timeout=300)
     assert diffs and all(value == 0.0 for value in diffs.values())
