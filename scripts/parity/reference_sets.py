@@ -295,11 +295,16 @@ def main() -> int:
     sub.add_parser("fingerprint", help="this machine's fingerprint")
     args = parser.parse_args()
     if args.command == "list":
-        here = machine_fingerprint()
+        from census import PENDING, moved  # beside this script; it reads SETS from here
+
+        here, census_moves = machine_fingerprint(), moved({s.name: s.committed for s in SETS.values()})
         for s in SETS.values():
             recorded = recorded_fingerprint(s.committed)
-            state = "matches this machine" if same_floats(recorded, here) else \
-                f"written at {(recorded or {}).get('id')}, here {here['id']} (or an extended primitive differs)"
+            state = f"written at {(recorded or {}).get('id')}, here {here['id']} (or an extended primitive differs)" \
+                if not same_floats(recorded, here) else \
+                f"fingerprint matches, but {census_moves[s.name]} census calls move here" \
+                if census_moves.get(s.name) else \
+                "fingerprint matches (no census: census.PENDING)" if s.name in PENDING else "matches this machine"
             print(f"{s.name:18s} {s.oracle or 'github-only':10s} {state}")
     elif args.command == "write":
         s = SETS[args.name]
