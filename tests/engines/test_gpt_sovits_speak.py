@@ -3,6 +3,7 @@ after a cancelled request), a cancel between fragments, and the one-line errors 
 models of the gpt_sovits_e2e set (rebuilt by scripts/parity/gpt_sovits_e2e_models.py; that set's test compares the
 same engine with upstream's TTS.run)."""
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -79,6 +80,13 @@ def test_the_same_seed_gives_the_same_audio_also_after_a_cancel(voice, model):
     assert not torch.equal(say(model, voice[1], seed=5).waveform, first.waveform)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pyopenjtalk") is None, reason="pyopenjtalk is not installed")
+def test_japanese_text_is_spoken(voice, model):
+    # phones against upstream: test_gpt_sovits_ja_g2p.py; whole requests: test_gpt_sovits_e2e.py's all_ja and ja_en
+    speech = say(model, voice[1], text="こんにちは。今日はいい天気ですね！", text_lang="all_ja", seed=3)
+    assert speech.waveform.shape[-1] > 0 and speech.waveform.abs().max() > 0
+
+
 def test_bad_requests_are_one_line_errors(voice, model):
     wave, rate = voice[1]
     with pytest.raises(InputError, match="needs the reference audio's transcript"):
@@ -86,8 +94,6 @@ def test_bad_requests_are_one_line_errors(voice, model):
     assert say(model, voice[1], reference_text="", ref_free=True).waveform.shape[-1] > 0
     with pytest.raises(InputError, match="reference audio is 1.00 s long; give one between 3 and 10"):
         say(model, (wave[:, :rate], rate))
-    with pytest.raises(InputError, match="'ja' text front end is not built yet"):
-        say(model, voice[1], text="こんにちは", text_lang="all_ja")
     with pytest.raises(InputError, match="text_lang must be one of"):
         say(model, voice[1], text_lang="fr")
     with pytest.raises(InputError, match="nothing to speak"):

@@ -73,9 +73,9 @@ def test_erhua_is_upstreams(golden):
         assert [list(x) for x in chinese._merge_erhua(list(initials), list(finals), word, pos)] == expected, word
 
 
-def test_a_language_without_a_front_end_yet_is_refused():
-    with pytest.raises(InputError, match="not built yet"):
-        clean_text("こんにちは", "ja")
+def test_a_language_without_a_front_end_is_refused():
+    with pytest.raises(InputError, match="no 'fr' text front end"):
+        clean_text("bonjour", "fr")
 
 
 def test_chinese_without_g2pw_is_a_clear_error():

@@ -17,7 +17,7 @@ from pypinyin.contrib.tone_convert import to_finals_tone3, to_initials
 from mizuoto.core.errors import InputError
 
 from . import tone_sandhi, zh_data
-from .zh_data import opencpop, pronunciation_corrections, punctuation, word_set
+from .zh_data import opencpop, pronunciation_corrections, punctuation, replace_consecutive_punctuation, word_set
 
 _FOLD = {"：": ",", "；": ",", "，": ",", "。": ".", "！": "!", "？": "?", "\n": ".", "·": ",", "、": ",",
          "...": "…", "$": ".", "/": ",", "—": "-", "~": "…", "～": "…"}
@@ -33,11 +33,6 @@ def replace_punctuation(text: str) -> str:
     text = text.replace("嗯", "恩").replace("呣", "母")
     text = _fold_pattern().sub(lambda match: _FOLD[match.group()], text)
     return re.sub(r"[^\u4e00-\u9fa5" + "".join(punctuation()) + r"]+", "", text)
-
-
-def replace_consecutive_punctuation(text: str) -> str:
-    marks = "".join(re.escape(mark) for mark in punctuation())
-    return re.sub(f"([{marks}])([{marks}])+", r"\1", text)
 
 
 def text_normalize(text: str) -> str:

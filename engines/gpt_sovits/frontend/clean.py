@@ -3,7 +3,7 @@ normalised text), and the phones' ids in the 732-phone v2 table (text/__init__.c
 
 English text has no word2ph (None), and fewer than four phones get a comma in front, as upstream does. Cantonese
 (yue) is frontend/cantonese.py's whole path, Korean (ko) frontend/korean.py's (its morphological analyser is the
-optional python-mecab-ko).
+optional python-mecab-ko), Japanese (ja) frontend/japanese.py's (over the optional pyopenjtalk).
 
 A Chinese text holding ￥ or ^ takes upstream's pause path: the mark is read as a comma and every comma phone
 becomes SP2 (￥) or SP3 (^), a longer pause than a comma."""
@@ -16,13 +16,13 @@ from . import chinese
 from .zh_data import symbol_ids
 
 _PAUSES = (("￥", "SP2"), ("^", "SP3"))  # cleaner.special: the first one present wins, for Chinese only
-BUILT = ("zh", "en", "yue", "ko")
+BUILT = ("zh", "en", "yue", "ko", "ja")
 
 
 def clean_text(text: str, language: str, *, g2pw=None, tagger=None) -> tuple[list[str], list[int] | None, str]:
     """`g2pw`: G2PW for zh; `tagger`: english.load_tagger(assets) (nltk's part-of-speech tagger) for en."""
     if language not in BUILT:
-        raise InputError(f"GPT-SoVITS's {language!r} text front end is not built yet; use zh, en, yue or ko")
+        raise InputError(f"GPT-SoVITS has no {language!r} text front end; use zh, en, ja, ko or yue")
     if language == "en":
         return _clean_english(text, tagger)
     if language == "yue":
@@ -33,6 +33,10 @@ def clean_text(text: str, language: str, *, g2pw=None, tagger=None) -> tuple[lis
         from . import korean
 
         return korean.clean(text)
+    if language == "ja":
+        from . import japanese
+
+        return japanese.clean(text)
     if g2pw is None:
         raise InputError("Chinese text needs the G2PW model (g2pw.G2PW.load of the G2PWModel folder)")
     for mark, pause in _PAUSES:

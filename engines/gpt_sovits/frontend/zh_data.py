@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import re
 from functools import cache
 from pathlib import Path
 
@@ -38,6 +39,13 @@ def word_set(name: str) -> frozenset[str]:
 def punctuation() -> tuple[str, ...]:
     """text/symbols.py's punctuation: the only non-Chinese characters the Chinese front end keeps."""
     return tuple(word_lists()["punctuation"])
+
+
+def replace_consecutive_punctuation(text: str) -> str:
+    """A run of symbols.py's marks becomes its first (the Chinese and Japanese text_normalize end with this: repeated
+    marks would leak the reference's prosody)."""
+    marks = "".join(re.escape(mark) for mark in punctuation())
+    return re.sub(f"([{marks}])([{marks}])+", r"\1", text)
 
 
 @cache
