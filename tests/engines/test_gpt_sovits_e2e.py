@@ -24,7 +24,8 @@ when its path changes, and CN-HuBERT's encoder (transformers' HubertEncoder) dra
 generator once per layer, in eval mode too (its LayerDrop test), after set_seed; so that request's T2S samples from a
 generator advanced by that many draws. Every request of the engine is such a first request (engine.layerdrop_draws:
 all_zh, and pro_all_zh and v2pro_all_zh, the first requests of the v2ProPlus and v2Pro TTS the writer built after the
-v2 cases); the cases upstream ran with the reference cached (speed, ref_free, sampling, zh_en, all_zh_cached, the
+v2 cases); the cases upstream ran with the reference cached (speed, ref_free, sampling, all_ja and ja_en (Japanese
+text, over OpenJTalk, with the Chinese reference), zh_en, all_zh_cached, the
 same request as all_zh once cached, and pro_speed) are compared with those draws switched off, so both of upstream's
 behaviours are checked. The speaker path draws nothing (Kaldi's fbank with dither 0) and upstream caches only its
 16 kHz audio.
@@ -245,7 +246,10 @@ def test_the_set_covers_the_cases():
     info = json.loads((committed() / "references.json").read_text())
     cases = info["cases"]
     assert info["upstream"]["commit"].startswith("48b1a01") and not info["upstream"]["modified"]
-    assert {"all_zh", "speed", "ref_free", "sampling"} <= set(cases)
+    assert {"all_zh", "speed", "ref_free", "sampling", "all_ja", "ja_en"} <= set(cases)
+    assert cases["all_ja"]["inputs"]["text_lang"] == "all_ja" and cases["ja_en"]["inputs"]["text_lang"] == "ja"
+    # upstream's japanese.py read its user dictionary: the commit's own file (it ignores a missing one)
+    assert info["inputs"]["japanese_userdict"]["blob"] == "2be580b461185ce18c9000d9ec6c8032623e17fd"
     pro = {name: c["model"] for name, c in cases.items() if "model" in c}
     assert pro == {"pro_all_zh": "v2ProPlus", "pro_speed": "v2ProPlus", "v2pro_all_zh": "v2Pro"}, pro
     # upstream embeds the reference once per batch (batch_size 1: once per fragment), the same each time
