@@ -1,5 +1,6 @@
 """GPT-SoVITS v3/v4's conditional flow matching: `module/models.py::CFM.inference` and its estimator
-`f5_tts/model/backbones/dit.py::DiT` (with `f5_tts/model/modules.py`) at RVC-Boss/GPT-SoVITS 48b1a01 (MIT).
+`f5_tts/model/backbones/dit.py::DiT` (with `f5_tts/model/modules.py`) at RVC-Boss/GPT-SoVITS 48b1a01 (MIT). v5's
+solver (cfm_v5.py) runs the same DiT without d_embed, through static_condition / embed_static (its static cache).
 
     features mu (B, T, 512) ─ TextEmbedding (sinusoidal positions, ConvNeXt-V2 blocks; no token table) ─┐
     noisy mel x, prompt mel (B, 100, T) ─────────────────────────────────────── InputEmbedding ─────────┴─ h
@@ -43,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
@@ -78,6 +80,7 @@ class CFMConfig:
     text_dim: int = 512
     conv_layers: int = 4
     mel_dim: int = 100  # also the CFM's in_channels
+    step_embedding: bool = True  # d_embed; v5's DiT has none (use_step_embedding=False)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,7 +132,7 @@ class DiT(nn.Module):
         super().__init__()
         self.config = config
         self.time_embed = TimestepEmbedding(config.dim)
-        self.d_embed = TimestepEmbedding(config.dim)
+        self.d_embed = TimestepEmbedding(config.dim) if config.step_embedding else None
         self.text_embed = TextEmbedding(config.text_dim, config.conv_layers)
         self.input_embed = InputEmbedding(config.mel_dim, config.text_dim, config.dim)
         self.rotary_embed = RotaryEmbedding(config.dim_head)
@@ -159,6 +162,22 @@ class DiT(nn.Module):
         input; time (B,) with the step's embedding dt (B, dim) -> the conditioning."""
         t = self.time_embed(time) + dt
         return self.input_embed(x.transpose(2, 1), cond.transpose(2, 1), text), t
+
+    def static_condition(self, cond: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """v5's prepare_static_cache: the input projection's part that stays fixed over the solver, cond (B, mel, T)
+        and the text embedding through proj's columns after the noisy mel's, with the bias -> (B, T, dim)."""
+        proj = self.input_embed.proj
+        return F.linear(torch.cat((cond.transpose(2, 1), text), dim=-1), proj.weight[:, self.config.mel_dim:],
+                        proj.bias)
+
+    def embed_static(self, x, static, time):
+        """v5's segment-0 head: x (B, mel, T) through proj's first mel_dim columns (the same strided slice upstream
+        multiplies by: another split of the product rounds differently) plus the static part, then the convolutional
+        positions (upstream masks them with x_lens, which covers every frame); time (B,) -> the conditioning, with
+        no step embedding."""
+        proj = self.input_embed.proj
+        h = F.linear(x.transpose(2, 1), proj.weight[:, :x.shape[1]]) + static
+        return self.input_embed.conv_pos_embed(h) + h, self.time_embed(time)
 
     def finish(self, state) -> torch.Tensor:
         x, t = state
@@ -267,7 +286,8 @@ def cfm_config_from_state(state: dict, what: str) -> CFMConfig:
     text_dim = entry("input_embed.proj.weight").shape[1] - 2 * mel_dim
     return CFMConfig(dim=dim, depth=depth, heads=inner // dim_head, dim_head=dim_head,
                      ff_mult=ff_inner / dim if ff_inner % dim else ff_inner // dim, text_dim=text_dim,
-                     conv_layers=conv_layers, mel_dim=mel_dim)
+                     conv_layers=conv_layers, mel_dim=mel_dim,
+                     step_embedding=PREFIX + "d_embed.time_mlp.0.weight" in state)
 
 
 def cfm_from_state(state: dict, what: str) -> CFM:

@@ -24,12 +24,14 @@ PRO_FILES = ("s1v3.ckpt", "sv/pretrained_eres2netv2w24s4ep4.ckpt", *SHARED_FILES
 # v3 and v4: their SoVITS models beside (v4: below) the same s1v3.ckpt, each with its vocoder
 V3_FILES = ("s1v3.ckpt", "s2Gv3.pth", "models--nvidia--bigvgan_v2_24khz_100band_256x/*", *SHARED_FILES)
 V4_FILES = ("s1v3.ckpt", "gsv-v4-pretrained/s2Gv4.pth", "gsv-v4-pretrained/vocoder.pth", *SHARED_FILES)
+# v5 (the cuda_graph_accel_v5 branch, ac846f5): its SoVITS models and its vocoder under gsv-v5-pretrained/ (where
+# upstream's TTS looks). Not download choices: no released v5 files are on lj1995/GPT-SoVITS to name yet.
 
 ENGINE = EngineSpec(
     id="gpt_sovits",
     display_name="GPT-SoVITS",
-    description="Few-shot voice cloning from a GPT + SoVITS pair (v2, v2Pro, v2ProPlus, v3, v4), exact to "
-                "RVC-Boss/GPT-SoVITS at 48b1a01.",
+    description="Few-shot voice cloning from a GPT + SoVITS pair (v2, v2Pro, v2ProPlus, v3, v4, v5dev, v5turbo), "
+                "exact to RVC-Boss/GPT-SoVITS at 48b1a01 (v5: its cuda_graph_accel_v5 branch at ac846f5).",
     implementation="engine",
     weights_license="MIT (upstream's code; the released weights state no other licence)",
     checkpoint_suffixes=(".pth",),  # the SoVITS weights (or a download of lj1995/GPT-SoVITS: its pretrained v2 pair)
@@ -54,7 +56,7 @@ ENGINE = EngineSpec(
         Option("assets", str, "", None, "folder holding chinese-roberta-wwm-ext-large, chinese-hubert-base and "
                "G2PWModel (upstream's pretrained_models); empty: searched beside the model and in "
                "models/tts/gpt_sovits/"),
-        Option("version", str, "auto", ("auto", "v2", "v2Pro", "v2ProPlus", "v3", "v4"),
+        Option("version", str, "auto", ("auto", "v2", "v2Pro", "v2ProPlus", "v3", "v4", "v5dev", "v5turbo"),
                "the SoVITS model's version (auto: told from the file, as upstream tells it)"),
     ),
     # TTS._set_prompt_semantic refuses references outside 3-10 s (at 16 kHz); both channels are read: the timbre
@@ -85,8 +87,10 @@ ENGINE = EngineSpec(
               "draws each fragment gets, not the order of the audio)"),
         Param("parallel_infer", bool, True, "upstream's parallel_infer: decides how a fragment that never stops is "
               "cut; v3/v4: the CFM renders a fragment's chunks as one batch joined by cross-fades (off: one after "
-              "another, each continuing the last)"),
-        Param("sample_steps", int, 32, "v3/v4: the CFM's Euler steps per chunk (fewer: faster, rougher)", min=1,
-              max=128, step=1),
+              "another, each continuing the last; v5 always rolls)"),
+        Param("sample_steps", int, 0, "v3/v4/v5: the CFM's Euler steps per chunk (fewer: faster, rougher); 0: the "
+              "version's (32; v5turbo 4); v5 takes 4, 8, 16 or 32", min=0, max=128, step=1),
+        Param("cfg_rate", float, -1.0, "v5: classifier-free guidance of the CFM (0: none, one forward per step); "
+              "negative: the version's (v5dev 1.3, v5turbo 0)", min=-1.0, max=2.0, step=0.05),
     ),
 )

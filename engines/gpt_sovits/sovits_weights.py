@@ -5,7 +5,10 @@ as upstream's `get_sovits_version_from_path_fast` tells it:
   which is put back before reading;
 - otherwise the md5 of the first 8 KiB names a released pretrained file, else the size does (v1 under
   82978 KiB, v2 under 700 MiB, larger files v3/v4);
-- then TTS.init_vits_weights: unless that said v3, v4 or a Pro version, the text embedding decides (322 rows,
+- v5's branch (cuda_graph_accel_v5 at ac846f5) adds the tags b"07" v5dev and b"08" v5turbo, the released files'
+  checksums, and for untagged files their names (s2Gv5dev.pth, s2Gv5turbo.pth), then, for a file of 700 MiB or
+  more, a CFM without a step embedding (v5dev);
+- then TTS.init_vits_weights: unless that said v3, v4, v5 or a Pro version, the text embedding decides (322 rows,
   v1's symbols: v1; else v2), so the size rule's "v1" for a small file is v2 with v2's symbols.
 A v3/v4 voice trained by upstream's web UI is a LoRA file (tags b"03", b"04"): the CFM's attention projections as
 LoRA pairs, plus the parts trained whole (ref_enc, bridge, wns1, ...), over the pretrained s2Gv3.pth / s2Gv4.pth
@@ -25,16 +28,19 @@ import torch
 from mizuoto.core.errors import CheckpointError
 
 from .cfm import cfm_from_state
+from .cfm_v5 import CFMV5
 from .checkpoint import load_exactly
 from .sovits import SoVITSConfig, SynthesizerV2
 from .sovits_v3 import SynthesizerV3, wns1_layers
 
-SUPPORTED = ("v2", "v2Pro", "v2ProPlus", "v3", "v4")
+SUPPORTED = ("v2", "v2Pro", "v2ProPlus", "v3", "v4", "v5dev", "v5turbo")
+V5 = ("v5dev", "v5turbo")
+CFM_VERSIONS = ("v3", "v4", *V5)  # SynthesizerTrnV3: features, then the CFM and a vocoder
 LORA_TAGS = (b"03", b"04")  # head2version's "v3lora", "v4lora"
 LORA_PREFIX = "cfm.base_model.model."  # where peft's wrapper puts the CFM's entries
 LORA_A, LORA_B = ".lora_A.default.weight", ".lora_B.default.weight"
 HEAD_VERSIONS = {b"00": "v1", b"01": "v2", b"02": "v3", b"03": "v3", b"04": "v4", b"05": "v2Pro",
-                 b"06": "v2ProPlus"}
+                 b"06": "v2ProPlus", b"07": "v5dev", b"08": "v5turbo"}
 PRETRAINED_MD5 = {  # process_ckpt.hash_pretrained_dict
     "dc3c97e17592963677a4a1681f30c653": "v2",  # s2G488k.pth (v1 pretrained, read with v2 symbols)
     "43797be674a37c1c83ee81081941ed0f": "v3",  # s2Gv3.pth
@@ -42,7 +48,11 @@ PRETRAINED_MD5 = {  # process_ckpt.hash_pretrained_dict
     "4f26b9476d0c5033e04162c486074374": "v4",  # s2Gv4.pth
     "c7e9fce2223f3db685cdfa1e6368728a": "v2Pro",  # s2Gv2Pro.pth
     "66b313e39455b57ab1b0bc0b239c9d0a": "v2ProPlus",  # s2Gv2ProPlus.pth
+    "0e6e00af4104438346bda5344e6260e3": "v5dev",  # s2Gv5dev.pth (ac846f5)
+    "695048a8e361076a54e6f32a21b949a3": "v5turbo",  # s2Gv5turbo.pth (ac846f5)
 }
+V5_NAMES = {"s2gv5dev.pth": "v5dev", "s2gv5turbo.pth": "v5turbo"}  # untagged v5 files, by their lowercased name
+SMALL, LARGE = 82978 * 1024, 700 * 1024 * 1024  # the size rule: v1 below SMALL, v2 below LARGE, else v3
 V1_SYMBOLS = 322
 # where upstream's default configs keep the pretrained v3 / v4 SoVITS models (in pretrained_models/)
 PRETRAINED = {"v3": "s2Gv3.pth", "v4": "gsv-v4-pretrained/s2Gv4.pth"}
@@ -71,12 +81,12 @@ def sovits_version(path: Path, head: bytes, size: int) -> str:
             raise CheckpointError(f"{path.name} starts with neither a zip header nor a GPT-SoVITS version tag; it "
                                   f"is not a SoVITS weights file")
         return version
-    known = PRETRAINED_MD5.get(hashlib.md5(head).hexdigest())
+    known = PRETRAINED_MD5.get(hashlib.md5(head).hexdigest()) or V5_NAMES.get(path.name.lower())
     if known:
         return known
-    if size < 82978 * 1024:
+    if size < SMALL:
         return "v1"
-    return "v2" if size < 700 * 1024 * 1024 else "v3"
+    return "v2" if size < LARGE else "v3"
 
 
 def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[str, dict, dict]:
@@ -103,8 +113,10 @@ def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[s
     state = {k: v for k, v in loaded["weight"].items() if isinstance(v, torch.Tensor)}
     if any(k.startswith("model.ar_") for k in state):
         raise CheckpointError(f"{path.name} is a GPT weights file, not a SoVITS weights file: it goes in the GPT slot")
+    if told == "v3" and head[:2] == b"PK" and size >= LARGE and cfm_without_step_embedding(state):
+        told = "v5dev"  # the size rule's v3, read whole: a DiT without d_embed is v5's
     embedding = state.get("enc_p.text_embedding.weight")
-    if told not in ("v3", "v4") and "Pro" not in told:  # TTS.init_vits_weights: the symbols decide v1 or v2
+    if told not in CFM_VERSIONS and "Pro" not in told:  # TTS.init_vits_weights: the symbols decide v1 or v2
         told = "v1" if embedding is not None and embedding.shape[0] == V1_SYMBOLS else "v2"
     version = version or told
     if version not in SUPPORTED:
@@ -114,6 +126,12 @@ def read_sovits_weights(path: str | Path, version: str | None = None) -> tuple[s
         raise CheckpointError(f"{path.name}'s tag says {'a' if head[:2] in LORA_TAGS else 'no'} LoRA, its entries "
                               f"say otherwise; the file is damaged")
     return version, _plain(loaded["config"]), state
+
+
+def cfm_without_step_embedding(state: dict) -> bool:
+    """get_sovits_version_from_path_fast's v5 test of a large untagged file: a CFM time embedding and no d_embed."""
+    return ("cfm.estimator.time_embed.time_mlp.0.weight" in state
+            and "cfm.estimator.d_embed.time_mlp.0.weight" not in state)
 
 
 def is_lora(state: dict) -> bool:
@@ -180,9 +198,14 @@ def build_sovits(version: str, config: dict, state: dict, name: str, device="cpu
     if is_lora(state):
         raise CheckpointError(f"{path.name} is a LoRA voice; merge it with its pretrained base first (merge_lora)")
     sovits_config = SoVITSConfig.from_checkpoint(version, config["model"], embedding.shape[0])
-    if version in ("v3", "v4"):
-        model = SynthesizerV3(sovits_config, cfm_from_state(state, f"{path.name} as a {version} model"),
-                              wns1_layers(state))
+    if version in CFM_VERSIONS:
+        cfm = cfm_from_state(state, f"{path.name} as a {version} model")
+        if (version in V5) == cfm.config.step_embedding:
+            raise CheckpointError(f"{path.name}'s CFM {'has' if cfm.config.step_embedding else 'lacks'} a step "
+                                  f"embedding, so it is not a {version} model; pass the version it is")
+        if version in V5:
+            cfm = CFMV5(cfm.config)
+        model = SynthesizerV3(sovits_config, cfm, wns1_layers(state))
     else:
         model = SynthesizerV2(sovits_config)
     load_exactly(model, fold_weight_norm(state, dtype), f"{Path(path).name} does not match its config as a {version} "

@@ -35,6 +35,7 @@ from .sovits import Generator
 MELS = 100
 V3_FOLDER = "models--nvidia--bigvgan_v2_24khz_100band_256x"  # in the assets folder (upstream's pretrained_models)
 V4_FILE = ("gsv-v4-pretrained", "vocoder.pth")
+V5_FILE = ("gsv-v5-pretrained", "vocoder.pth")  # v5's release of v4's vocoder (TTS.init_vocoder at ac846f5)
 V3_SAMPLING_RATE, V3_UPSAMPLE = 24000, 256  # what the vocoders make: vocoder_synthesis.LAYOUTS reads them
 V4_SAMPLING_RATE, V4_UPSAMPLE = 48000, 480
 
@@ -87,14 +88,16 @@ def check_mel(mel, mels: int, what: str) -> None:
 # Loading
 
 
-def load_v4_vocoder(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32) -> HiFiGANVocoder:
-    """pretrained_models/gsv-v4-pretrained/vocoder.pth (a plain state dict, weight norm removed) as upstream loads
-    it: every name of the network at its shape and nothing else (load_state_dict's strict default). In eval mode on
-    `device` in `dtype`."""
+def load_v4_vocoder(path: str | Path, device="cpu", dtype: torch.dtype = torch.float32,
+                    release: tuple[str, str] = V4_FILE) -> HiFiGANVocoder:
+    """pretrained_models/gsv-v4-pretrained/vocoder.pth, or v5's gsv-v5-pretrained/vocoder.pth (a plain state dict,
+    weight norm removed) as upstream loads it: every name of the network at its shape and nothing else
+    (load_state_dict's strict default). In eval mode on `device` in `dtype`. `release`: where the assets folder keeps
+    it (V5_FILE for v5), named in errors."""
     path = Path(path)
-    where = "/".join(V4_FILE)
+    where = "/".join(release)
     if not path.is_file():
-        raise CheckpointError(f"GPT-SoVITS v4 needs its vocoder {where} from lj1995/GPT-SoVITS in the assets folder; "
+        raise CheckpointError(f"GPT-SoVITS needs its vocoder {where} (lj1995/GPT-SoVITS) in the assets folder; "
                               f"{path} is missing")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -145,5 +148,5 @@ def load_v3_vocoder(folder: str | Path, device="cpu", dtype: torch.dtype = torch
     return bigvgan.load_folder(folder, device).to(dtype)
 
 
-__all__ = ["HiFiGANConfig", "HiFiGANVocoder", "V3_FOLDER", "V3_SAMPLING_RATE", "V3_UPSAMPLE", "V4_FILE",
+__all__ = ["HiFiGANConfig", "HiFiGANVocoder", "V3_FOLDER", "V3_SAMPLING_RATE", "V3_UPSAMPLE", "V4_FILE", "V5_FILE",
            "V4_RELEASED", "V4_SAMPLING_RATE", "V4_UPSAMPLE", "check_mel", "load_v3_vocoder", "load_v4_vocoder"]

@@ -1,5 +1,6 @@
-"""From semantic tokens to a waveform for GPT-SoVITS v3 and v4: TTS.using_vocoder_synthesis (parallel_infer off) and
-TTS.using_vocoder_synthesis_batched_infer (parallel_infer on, api_v2's default) at 48b1a01.
+"""From semantic tokens to a waveform for GPT-SoVITS v3, v4 and v5: TTS.using_vocoder_synthesis (parallel_infer off) and
+TTS.using_vocoder_synthesis_batched_infer (parallel_infer on, api_v2's default) at 48b1a01, and v5's branch of
+using_vocoder_synthesis at ac846f5 (render_v5).
 
     reference: its mel (v3: 24 kHz, n_fft 1024, hop 256; v4: 32 kHz, n_fft 1280, hop 320; 100 bands, log, then
       scaled from [-12, 2] to [-1, 1]) and decode_encp of its semantic tokens and transcript (fea_ref), both cut
@@ -13,12 +14,16 @@ TTS.using_vocoder_synthesis_batched_infer (parallel_infer on, api_v2's default) 
   the chunks' audio is joined by SOLA (the best alignment within 320 samples, then a Hann cross-fade);
 - rolling: chunk after chunk, each prompted by the previous chunk's last mels and features.
 
+- v5 (v5dev, v5turbo): v4's reference mel, prompt and vocoder (its own release of the file), and v5's rolling
+  chunks (cfm_v5.synthesize) with parallel_infer on or off: upstream's batched path renders v5 fragment by fragment.
+
 Each CFM call draws its starting noise from the request's generator (upstream: the global one), after the GPT's
 draws of the same fragment.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +33,13 @@ from mizuoto.audio import torchaudio_sinc
 from mizuoto.audio.mel import hifigan_log_mel
 from mizuoto.core.errors import InputError
 
+from . import cfm_v5
 from .sovits_v3 import SynthesizerV3
 from .vocoder import V3_SAMPLING_RATE, V3_UPSAMPLE, V4_SAMPLING_RATE, V4_UPSAMPLE
 
 SPEC_MIN, SPEC_MAX = -12, 2  # the mel range the CFM was trained on (norm_spec)
 SOLA_SEARCH = 320  # samples the join may shift by
+V3_STEPS = 32  # sampling_defaults' legacy_steps: v3/v4's sample_steps when a request names none
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class VocoderLayout:
 
 LAYOUTS = {"v3": VocoderLayout(V3_SAMPLING_RATE, 24000, 1024, 256, 468, 934, V3_UPSAMPLE),
            "v4": VocoderLayout(V4_SAMPLING_RATE, 32000, 1280, 320, 500, 1000, V4_UPSAMPLE)}
+LAYOUTS["v5dev"] = LAYOUTS["v5turbo"] = LAYOUTS["v4"]  # v5's chunking is its own (cfm_v5), t_ref included
 
 
 def norm_spec(x: torch.Tensor) -> torch.Tensor:
@@ -129,6 +137,17 @@ def render_rolling(synth: SynthesizerV3, vocoder, layout: VocoderLayout, prompt:
     return vocoder(denorm_spec(torch.cat(mels, 2)))[0][0]
 
 
+def render_v5(synth: SynthesizerV3, vocoder, prompt: MelPrompt, codes: torch.Tensor, phones: torch.Tensor,
+              steps: int, cfg: float, generator: torch.Generator, speed: float = 1.0, graphs=None,
+              before_step=None) -> torch.Tensor:
+    """v5's using_vocoder_synthesis: one fragment (tokens (1, 1, T), phones (1, L)) -> its audio (samples,), the
+    CFM's chunks rolling from the reference (synthesize_v5_mel), then the vocoder."""
+    todo = synth.features(codes, phones, prompt.ge, speed)
+    mel = cfm_v5.synthesize(synth.cfm, prompt.features, todo, prompt.mel, steps, cfg, generator, graphs,
+                            before_step)
+    return vocoder(denorm_spec(mel))[0][0]
+
+
 def render_batched(synth: SynthesizerV3, vocoder, layout: VocoderLayout, prompt: MelPrompt,
                    fragments: list[tuple[torch.Tensor, torch.Tensor]], steps: int, generator: torch.Generator,
                    speed: float = 1.0, graphs=None, before_step=None) -> list[torch.Tensor]:
@@ -183,8 +202,22 @@ def sola(pieces: list[torch.Tensor], overlap: int, search: int = SOLA_SEARCH) ->
     return torch.cat(pieces, 0).to(dtype)
 
 
-def check_sample_steps(steps: int) -> int:
-    # the declaration's bounds (the host checks them first): a library caller gets the same message
-    if not isinstance(steps, int) or isinstance(steps, bool) or not 1 <= steps <= 128:
-        raise InputError(f"sample_steps must be between 1 and 128, got {steps!r}")
-    return steps
+def check_sample_steps(steps: int) -> int | None:
+    """The declaration's bounds (the host checks them first: a library caller gets the same message); 0 is None,
+    the version's default (api_v2's sample_steps=None at ac846f5; 32 at 48b1a01, which named no other version)."""
+    if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= 128:
+        raise InputError(f"sample_steps must be between 0 and 128 (0: the version's default), got {steps!r}")
+    return steps or None
+
+
+def sampling(version: str, steps: int, cfg: float) -> tuple[int, float]:
+    """A request's (sample_steps, cfg_rate) -> the CFM's: 0 steps and a negative cfg are the version's defaults
+    (resolve_sampling); v3/v4 have no guidance."""
+    steps = check_sample_steps(steps)
+    if not isinstance(cfg, (int, float)) or isinstance(cfg, bool) or not math.isfinite(cfg):
+        raise InputError(f"cfg_rate must be a number, got {cfg!r}")
+    if version in cfm_v5.DEFAULTS:
+        return cfm_v5.v5_sampling(version, steps, None if cfg < 0 else cfg)
+    if cfg >= 0:
+        raise InputError(f"{version} has no classifier-free guidance (cfg_rate is v5's): set cfg_rate to -1")
+    return steps or V3_STEPS, 0.0

@@ -120,6 +120,10 @@ SETS = {s.name: s for s in (
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (SynthesizerTrn v2 / v2ProPlus: decode, extract_latent)"),
     ReferenceSet("gpt_sovits_cfm", None, (("gpt_sovits_cfm_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (v3/v4's CFM.inference and its f5_tts DiT)"),
+    ReferenceSet("gpt_sovits_v5", None, (("gpt_sovits_v5_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="RVC-Boss/GPT-SoVITS cuda_graph_accel_v5 at ac846f5 (module/v5_inference.py's CFMV5 and "
+                          "synthesize_v5_mel, its DiT's static cache; the files from the code-search index, "
+                          "GPT_SOVITS_V5_FILES) over 48b1a01"),
     ReferenceSet("gpt_sovits_vocoder", None,
                  (("gpt_sovits_vocoder_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS.init_vocoder: v3 BigVGAN, v4 HiFi-GAN Generator)"),

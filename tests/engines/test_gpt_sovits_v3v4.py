@@ -69,8 +69,10 @@ def test_what_v3_and_v4_do_not_take_is_a_one_line_error(v3, voices):
         say(v3, voices[1], reference_text="", ref_free=True)
     with pytest.raises(InputError, match="remove the extra references"):
         say(v3, voices[1], extra={"extra_references": [voices[1]]})
-    with pytest.raises(InputError, match="sample_steps must be between 1 and 128"):
-        say(v3, voices[1], sample_steps=0)
+    with pytest.raises(InputError, match="sample_steps must be between 0 and 128"):
+        say(v3, voices[1], sample_steps=129)
+    with pytest.raises(InputError, match="v3 has no classifier-free guidance"):
+        say(v3, voices[1], cfg_rate=1.0)
 
 
 def test_a_lora_voice_needs_its_pretrained_base(voices, tmp_path):
@@ -97,5 +99,5 @@ def test_v3_and_v4_need_their_vocoders(voices, tmp_path):
     (assets / "gsv-v4-pretrained" / "vocoder.pth").unlink()
     with pytest.raises(CheckpointError, match="v3 needs the BigVGAN vocoder models--nvidia--bigvgan_v2_24khz_100band"):
         host.load_model("gpt_sovits", str(paths["v3"]), device="cpu", overrides={ASSETS: str(assets)})
-    with pytest.raises(CheckpointError, match="v4 needs its vocoder"):
+    with pytest.raises(CheckpointError, match="needs its vocoder gsv-v4-pretrained/vocoder.pth"):
         host.load_model("gpt_sovits", str(paths["v4"]), device="cpu", overrides={ASSETS: str(assets)})

@@ -189,7 +189,7 @@ def test_the_v4_file_is_loaded_strictly(files, tmp_path):
 
 
 def test_missing_and_damaged_files_name_what_to_download(files, tmp_path):
-    with pytest.raises(CheckpointError, match=r"v4 needs its vocoder gsv-v4-pretrained/vocoder.pth .* is missing"):
+    with pytest.raises(CheckpointError, match=r"needs its vocoder gsv-v4-pretrained/vocoder.pth .* is missing"):
         vocoder.load_v4_vocoder(tmp_path / "nowhere" / "vocoder.pth")
     (tmp_path / "junk.pth").write_bytes(b"PK not a zip")
     with pytest.raises(CheckpointError, match="cannot read .*junk.pth .*download gsv-v4-pretrained/vocoder.pth"):
