@@ -116,13 +116,17 @@ def gpt_fill(entries: list, seed: int) -> dict:
 
 
 def speak_params(inputs: dict) -> dict:
-    """An api_v2 request (TTS.run's inputs) as our speak parameters."""
-    return {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
-            "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
-            "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
-            "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
-            "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
-            "parallel_infer": inputs["parallel_infer"], "sample_steps": inputs["sample_steps"]}
+    """An api_v2 request (TTS.run's inputs) as our speak parameters (v5's None sample_steps and cfg_rate: 0 and -1,
+    the version's defaults; a request without cfg_rate, 48b1a01's, gets none)."""
+    params = {"text_lang": inputs["text_lang"], "prompt_lang": inputs["prompt_lang"],
+              "ref_free": not inputs["prompt_text"], "top_k": inputs["top_k"], "top_p": float(inputs["top_p"]),
+              "temperature": float(inputs["temperature"]), "repetition_penalty": inputs["repetition_penalty"],
+              "text_split_method": inputs["text_split_method"], "speed_factor": inputs["speed_factor"],
+              "fragment_interval": inputs["fragment_interval"], "split_bucket": inputs["split_bucket"],
+              "parallel_infer": inputs["parallel_infer"], "sample_steps": inputs["sample_steps"] or 0}
+    if "cfg_rate" in inputs:
+        params["cfg_rate"] = -1.0 if inputs["cfg_rate"] is None else float(inputs["cfg_rate"])
+    return params
 
 
 def write_gpt(path: Path, entries: list) -> Path:
@@ -311,6 +315,27 @@ def write_v3v4(root: Path, record: dict, filters: dict) -> dict:
                                           kept)}, folder / "bigvgan_generator.pt")
     torch.save(vocoder_fill(vocoders["v4"]["entries"], vocoders["v4"]["seed"], vocoders["v4"]["scale"], {}),
                assets.joinpath(*V4_VOCODER))
+    return paths
+
+
+# v5 (the cuda_graph_accel_v5 branch): v4's SynthesizerTrnV3 whose DiT has no step embedding, tagged as my_save2
+# tags them, beside the GPT, with v5's release of the v4 vocoder where the branch's TTS reads it
+V5_MODELS = {"v5dev": (360, "tiny_e2e_v5dev.pth", b"07"), "v5turbo": (370, "tiny_e2e_v5turbo.pth", b"08")}
+V5_VOCODER = ("gsv-v5-pretrained", "vocoder.pth")
+
+
+def write_v5(root: Path, record: dict) -> dict:
+    """The v5dev and v5turbo files under `root` and the v5 vocoder under root/pretrained_models, from the set's
+    record (`v5`: the entries; `vocoders`: the v4 vocoder's entries, seed and scale)."""
+    paths = {}
+    for version, (seed, name, tag) in V5_MODELS.items():
+        paths[version] = root / name
+        paths[version].write_bytes(tagged_file_bytes(cfm_state(record["v5"]["entries"], seed), v3_config(version),
+                                                     tag))
+    vocoder = record["vocoders"]["v4"]
+    target = root.joinpath("pretrained_models", *V5_VOCODER)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(vocoder_fill(vocoder["entries"], vocoder["seed"], vocoder["scale"], {}), target)
     return paths
 
 

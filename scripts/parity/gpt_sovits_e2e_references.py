@@ -458,11 +458,11 @@ def write(out: Path, checkout: Path) -> None:
     tiny.write_reference(out / "reference.wav")
 
 
-def spread(out: Path, checkout: Path) -> None:
-    """Max |difference| of the BERT features and the audio between the pinned run and runs with a pin lifted, and
-    whether the phones and tokens stayed: OUTDIR/spread.json."""
+def spread_of(script, out: Path, checkout: Path) -> None:
+    """An e2e writer's --spread: max |difference| of the BERT features and the audio between the pinned run of
+    `script` and runs with a pin lifted, and whether the phones and tokens stayed: OUTDIR/spread.json."""
     with tempfile.TemporaryDirectory() as tmp:
-        runs = lifted_runs(__file__, ["--checkout", checkout], tmp)
+        runs = lifted_runs(script, ["--checkout", checkout], tmp)
     pinned = runs.pop("pinned")
     names = floats(pinned)
     report = {}
@@ -472,6 +472,10 @@ def spread(out: Path, checkout: Path) -> None:
         row["integers_equal"] = all(torch.equal(r[k], pinned[k]) for k in pinned if k not in names)
         report[label] = row
     save_spread(out, report, names)
+
+
+def spread(out: Path, checkout: Path) -> None:
+    spread_of(__file__, out, checkout)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pinned import checkout_writer_main, is_spread_child, lifted_runs, pin_process, save_spread  # noqa: E402
+from pinned import checkout_writer_main, is_spread_child, pin_process  # noqa: E402
 
 if "--spread" not in sys.argv and not is_spread_child():
     pin_process()
@@ -289,17 +289,7 @@ def write(out: Path, checkout: Path) -> None:
 
 def spread(out: Path, checkout: Path) -> None:
     """Max |difference| of the BERT features and the audio between the pinned run and runs with a pin lifted."""
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = lifted_runs(__file__, ["--checkout", checkout], tmp)
-    pinned = runs.pop("pinned")
-    names = e2e.floats(pinned)
-    report = {}
-    for label, r in runs.items():
-        row = {k: float((r[k].double() - pinned[k].double()).abs().max()) if r[k].shape == pinned[k].shape
-               else float("inf") for k in names}
-        row["integers_equal"] = all(torch.equal(r[k], pinned[k]) for k in pinned if k not in names)
-        report[label] = row
-    save_spread(out, report, names)
+    e2e.spread_of(__file__, out, checkout)
 
 
 if __name__ == "__main__":

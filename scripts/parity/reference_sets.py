@@ -173,6 +173,13 @@ SETS = {s.name: s for s in (
                         "tests/parity/data/gpt_sovits_vocoder/references.safetensors"),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS_infer_pack.TTS.TTS.run, api_v2's pipeline, v3 with "
                           "BigVGAN and a v4 LoRA voice with its HiFi-GAN, peft 0.17.1, on tiny models)"),
+    ReferenceSet("gpt_sovits_e2e_v5", None,
+                 (("gpt_sovits_e2e_v5_references.py", OUT, "--checkout", CHECKOUT),),
+                 needs=("tests/parity/data/gpt_sovits_zh_g2p/bert/vocab.txt",
+                        "tests/parity/data/gpt_sovits_zh_g2p/g2pw/g2pW.onnx",
+                        "tests/parity/data/gpt_sovits_vocoder/references.safetensors"),
+                 upstream="RVC-Boss/GPT-SoVITS cuda_graph_accel_v5 at ac846f5 (its TTS.run, v5dev and v5turbo, the "
+                          "branch's files from the code-search index, GPT_SOVITS_V5_FILES) over 48b1a01, tiny models"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

@@ -24,11 +24,10 @@ import torch
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fallback import Comparison  # noqa: E402
+from gpt_sovits_e2e_stages import RecordingModels, compare  # noqa: E402
 from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 SET = "gpt_sovits_e2e_v3v4"
-TOLERANCE = 2.5e-5  # BERT features in the fallback (as gpt_sovits_e2e)
-PROBE_TOLERANCE = 1.5e-2  # the probe's audio (up to 1): 12x the measured spread (spread.json: at most 1.24e-3, v3)
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
 RATES = {"v3": 24000, "v4": 48000}
 
@@ -59,29 +58,16 @@ def ours(folder: Path, out: Path) -> dict:
     from mizuoto.engines.gpt_sovits import engine
     from mizuoto.engines.gpt_sovits import reference as ref
     from mizuoto.engines.gpt_sovits import vocoder_synthesis as mel_synthesis
-    from mizuoto.host import load_model, speak
+    from mizuoto.host import speak
 
     tiny = parity_module("gpt_sovits_e2e_models")
     info = json.loads((folder / "references.json").read_text())
     theirs = load_file(str(folder / "references.safetensors"))
     paths = rebuild(folder, out.parent / "models")
     wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
-    results, calls, models = {}, [], {}
+    results, load = {}, RecordingModels(paths)
+    calls = load.calls
     layouts = dict(mel_synthesis.LAYOUTS)
-
-    def load(model: str):
-        if model not in models:
-            loaded = load_model("gpt_sovits", str(paths[model]), device="cpu")
-            generate = loaded.state.t2s.generate
-
-            def recorded(*args, **kwargs):
-                result = generate(*args, **kwargs)
-                calls.append(result.tokens.clone())
-                return result
-
-            loaded.state.t2s.generate = recorded
-            models[model] = loaded
-        return models[model]
 
     draws = engine.layerdrop_draws
     try:
@@ -116,8 +102,7 @@ def ours(folder: Path, out: Path) -> dict:
     finally:
         engine.layerdrop_draws = draws
         mel_synthesis.LAYOUTS.update(layouts)
-        for loaded in models.values():
-            del loaded.state.t2s.generate
+        load.release()
     save_file({k: v.contiguous() for k, v in results.items()}, str(out))
     return {"saved": str(out)}
 
@@ -139,32 +124,6 @@ def probe(state, reference: tuple, inputs: dict, theirs: dict, name: str) -> tor
                                     None, None)
         tokens, phones = theirs[f"{name}/fragment0/tokens"], theirs[f"{name}/fragment0/phones"]
         return decode(tokens.view(1, 1, -1), phones.view(1, -1)).float().contiguous()
-
-
-def compare(folder: Path, ours_file: Path, comparison: Comparison) -> Comparison:
-    from safetensors.torch import load_file
-
-    theirs, mine = load_file(str(folder / "references.safetensors")), load_file(str(ours_file))
-    info = json.loads((folder / "references.json").read_text())
-    for name, case in info["cases"].items():  # before anything free-running: a probe that moved turns exact mode off
-        comparison.probe(f"{name}: CFM and vocoder of upstream's first fragment (probe, {case['model']})",
-                         mine[f"{name}/probe"], theirs[f"{name}/probe"], PROBE_TOLERANCE)
-    for name, case in info["cases"].items():
-        for i in range(len(case["normalized"])):
-            key = f"{name}/fragment{i}"
-            assert torch.equal(mine[f"{key}/phones"], theirs[f"{key}/phones"]), f"{key}: phones"
-            comparison.deterministic(f"{key}: BERT features", mine[f"{key}/bert"], theirs[f"{key}/bert"], TOLERANCE)
-        assert torch.equal(mine[f"{name}/prompt/phones"], theirs[f"{name}/prompt/phones"]), f"{name}: prompt phones"
-        comparison.deterministic(f"{name}: prompt BERT features", mine[f"{name}/prompt/bert"],
-                                 theirs[f"{name}/prompt/bert"], TOLERANCE)
-        comparison.free_running(f"{name}: prompt semantic tokens", mine[f"{name}/prompt/semantic"],
-                                theirs[f"{name}/prompt/semantic"])
-        for k, i in enumerate(case["order"]):
-            comparison.free_running(f"{name}: fragment {i}'s tokens (T2S call {k})", mine[f"{name}/call{k}/tokens"],
-                                    theirs[f"{name}/fragment{i}/tokens"])
-        comparison.free_running(f"{name}: int16 audio ({case['model']}, {case['samples']} samples)",
-                                mine[f"{name}/audio"], theirs[f"{name}/audio"])
-    return comparison
 
 
 @pytest.fixture(scope="module")

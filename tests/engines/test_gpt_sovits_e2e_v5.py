@@ -1,0 +1,165 @@
+"""GPT-SoVITS v5 (v5dev, v5turbo) end to end (engines/gpt_sovits/engine.py through mizuoto.host) against the
+cuda_graph_accel_v5 branch's own TTS pipeline.
+
+Against tests/parity/data/gpt_sovits_e2e_v5 (scripts/parity/gpt_sovits_e2e_v5_references.py: TTS.run of the branch at
+ac846f5, its files read from the code-search index, over RVC-Boss/GPT-SoVITS 48b1a01, under the parity pins, CPU
+float32): the tiny files are rebuilt from the set's record (v5dev and v5turbo SoVITS files, the GPT and HF folders of
+gpt_sovits_e2e, the v5 vocoder as the gpt_sovits_vocoder set fills the v4 one), loaded with mizuoto.host.load_model and
+spoken with mizuoto.host.speak in a pinned subprocess. The `layout` cases shrink v5's chunk constants on both sides
+(upstream's V5_* of v5_inference.py, our cfm_v5's) so that a fragment rolls over several chunks at tiny lengths.
+Compared first, each case's probe (the first fragment's recorded tokens through the CFM and the vocoder, the noise
+seeded); then per case, stage by stage: phones (exact), BERT features, the prompt's tokens (the reference resampled
+to 16 kHz with resampy's kaiser_best, as the branch does), each fragment's tokens and the int16 audio (bitwise where
+the set's fingerprint and census are this machine's and the probes are bitwise; elsewhere tests/fallback.py).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fallback import Comparison  # noqa: E402
+from gpt_sovits_e2e_stages import RecordingModels, compare  # noqa: E402
+from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
+
+SET = "gpt_sovits_e2e_v5"
+DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
+# upstream's v5_inference constants -> ours (cfm_v5), for the `layout` cases
+CONSTANTS = {"V5_REFERENCE_FRAMES": "REFERENCE_FRAMES", "V5_TOTAL_CHUNK_FRAMES": "TOTAL_CHUNK_FRAMES",
+             "V5_MAX_TARGET_CHUNK_FRAMES": "MAX_TARGET_CHUNK_FRAMES"}
+
+
+def committed() -> Path:
+    return reference_sets().SETS[SET].committed
+
+
+def rebuild(folder: Path, target: Path) -> dict:
+    """The set's tiny files under `target`: gpt_sovits_e2e's GPT, HF folders and front-end files, then the v5 files
+    and their vocoder."""
+    tiny = parity_module("gpt_sovits_e2e_models")
+    info = json.loads((folder / "references.json").read_text())
+    detector = info["inputs"]["detector"]
+    paths = tiny.write_models(target, info["models"], DATA / "gpt_sovits_zh_g2p" / "bert" / "vocab.txt",
+                              DATA / "gpt_sovits_zh_g2p" / "g2pw", DATA / detector if detector else None)
+    return {**paths, **tiny.write_v5(target, info["models"])}
+
+
+def ours(folder: Path, out: Path) -> dict:
+    from safetensors.torch import load_file, save_file
+
+    from mizuoto.audio import files
+    from mizuoto.engines.gpt_sovits import cfm_v5, engine
+    from mizuoto.engines.gpt_sovits import reference as ref
+    from mizuoto.host import speak
+
+    tiny = parity_module("gpt_sovits_e2e_models")
+    info = json.loads((folder / "references.json").read_text())
+    theirs = load_file(str(folder / "references.safetensors"))
+    paths = rebuild(folder, out.parent / "models")
+    wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
+    results, load = {}, RecordingModels(paths)
+    calls = load.calls
+    constants = {ours_name: getattr(cfm_v5, ours_name) for ours_name in CONSTANTS.values()}
+
+    draws = engine.layerdrop_draws
+    try:
+        for name, case in info["cases"].items():
+            inputs, model = case["inputs"], case["model"]
+            loaded = load(model)
+            state = loaded.state
+            assert state.sovits.config.version == model
+            front = state.front_end()
+            with torch.inference_mode():
+                fragments = front.fragments(inputs["text"], inputs["text_lang"], inputs["text_split_method"])
+                for i, fragment in enumerate(fragments):
+                    results[f"{name}/fragment{i}/phones"] = torch.tensor(fragment.phones, dtype=torch.long)
+                    results[f"{name}/fragment{i}/bert"] = fragment.bert.float().contiguous()
+                phones, bert, _ = front.prompt(inputs["prompt_text"], inputs["prompt_lang"])
+                results[f"{name}/prompt/phones"] = torch.tensor(phones, dtype=torch.long)
+                results[f"{name}/prompt/bert"] = bert.float().contiguous()
+                results[f"{name}/prompt/semantic"] = ref.prompt_tokens(
+                    wave, rate, state.sampling_rate, state.hubert, state.sovits, kaiser=True).long()
+            calls.clear()
+            for upstream_name, ours_name in CONSTANTS.items():
+                setattr(cfm_v5, ours_name, (case["layout"] or {}).get(upstream_name, constants[ours_name]))
+            # a request upstream ran with its reference cached: without CN-HuBERT's LayerDrop draws
+            engine.layerdrop_draws = draws if case["reference_extracted"] else (lambda hubert, generator: None)
+            speech = speak(loaded, inputs["text"], seed=inputs["seed"], params=tiny.speak_params(inputs),
+                           reference=(wave, rate), reference_text=inputs["prompt_text"])
+            assert speech.sample_rate == 48000, speech.sample_rate
+            for k, tokens in enumerate(calls):
+                results[f"{name}/call{k}/tokens"] = tokens.long()
+            results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
+            results[f"{name}/probe"] = probe(state, (wave, rate), inputs, theirs, name)
+    finally:
+        engine.layerdrop_draws = draws
+        for ours_name, value in constants.items():
+            setattr(cfm_v5, ours_name, value)
+        load.release()
+    save_file({k: v.contiguous() for k, v in results.items()}, str(out))
+    return {"saved": str(out)}
+
+
+def probe(state, reference: tuple, inputs: dict, theirs: dict, name: str) -> torch.Tensor:
+    """The writer's probe: upstream's first fragment, from its recorded tokens and prompt, at speed 1 with the CFM's
+    noise from PROBE_SEED, at the case's layout (the constants are still patched)."""
+    from mizuoto.engines.gpt_sovits import engine
+    from mizuoto.engines.gpt_sovits.synthesize import Prompt
+
+    tiny = parity_module("gpt_sovits_e2e_models")
+    prompt = Prompt(tuple(theirs[f"{name}/prompt/phones"].tolist()), theirs[f"{name}/prompt/bert"],
+                    theirs[f"{name}/prompt/semantic"])
+    params = {**tiny.speak_params(inputs), "speed_factor": 1.0}
+    with torch.inference_mode():
+        refers, _ = engine.timbres(state, [reference])
+        decode = engine.mel_decoder(state, *reference, prompt, refers[0], params,
+                                    torch.Generator().manual_seed(tiny.PROBE_SEED), None, None)
+        tokens, phones = theirs[f"{name}/fragment0/tokens"], theirs[f"{name}/fragment0/phones"]
+        return decode(tokens.view(1, 1, -1), phones.view(1, -1)).float().contiguous()
+
+
+@pytest.fixture(scope="module")
+def ours_file(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gpt_sovits_e2e_v5") / "ours.safetensors"
+    run_pinned(__file__, committed(), out, timeout=900)
+    return out
+
+
+def test_the_branchs_tts_pipeline_v5(ours_file, record_property):
+    """Every stage of every v5dev / v5turbo case, the tokens of each fragment and the audio."""
+    comparison = compare(committed(), ours_file, Comparison.for_set(SET))
+    record_property("parity_mode", comparison.mode)
+    print(f"{SET} parity: {comparison.mode} ({comparison.why})", *comparison.checked, sep="\n  ")
+    assert sum("int16 audio" in line for line in comparison.checked) == len(json.loads(
+        (committed() / "references.json").read_text())["cases"])
+
+
+def test_the_set_covers_the_cases():
+    info = json.loads((committed() / "references.json").read_text())
+    cases = info["cases"]
+    assert info["upstream"]["commit"].startswith("48b1a01") and not info["upstream"]["modified"]
+    assert {f["commit"][:7] for f in info["branch"].values()} == {"ac846f5", "25937fe"}
+    assert {c["model"] for c in cases.values()} == {"v5dev", "v5turbo"}
+    turbo = cases["v5turbo_all_zh"]["inputs"]
+    assert turbo["sample_steps"] is None and turbo["cfg_rate"] is None  # the version's 4 steps, no guidance
+    chunked = [n for n, c in cases.items() if c["layout"]]
+    assert {cases[n]["inputs"]["parallel_infer"] for n in chunked} == {True, False}
+    assert any(c["inputs"]["speed_factor"] != 1 for c in cases.values())
+    # guidance: v5dev's default (1.3) and a rate of the request's
+    assert cases["v5dev_steps_8"]["inputs"]["cfg_rate"] is None and cases["v5dev_chunks_cfg"]["inputs"]["cfg_rate"] > 0
+
+
+def test_the_rebuilt_files_are_the_writers(tmp_path):
+    paths = rebuild(committed(), tmp_path)
+    info = json.loads((committed() / "references.json").read_text())["models"]
+    assert paths["v5dev"].read_bytes()[:2] == b"07" and paths["v5turbo"].read_bytes()[:2] == b"08"
+    assert not any(".d_embed." in name for name, _ in info["v5"]["entries"])
+    assert (tmp_path / "pretrained_models" / "gsv-v5-pretrained" / "vocoder.pth").is_file()
+
+
+if __name__ == "__main__":  # the pinned subprocess
+    print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
