@@ -4,7 +4,8 @@ checkout as scripts/parity/gpt_sovits_v5_references.py stages them) on the same 
 process under the parity pins at `--threads` threads; the mels are compared first.
 
     GPT_SOVITS_V5_FILES=DIR VENV/bin/python benchmarks/gpt_sovits_v5_vs_upstream.py --checkout PATH
-        [--size tiny|full] [--threads 1] [--repeats 2] [--reference 300] [--target 400] [--json OUT]
+        [--size tiny|full] [--threads 1] [--repeats 2] [--reference 300] [--target 400] [--versions v5turbo v5dev]
+        [--dev-steps 4] [--json OUT]
 (VENV: scripts/parity/gpt_sovits_upstream_env.sh with resampy; DIR: the branch's files, as for the writer.)
 
 Both requests of a fragment: v5turbo (4 steps, no guidance: one DiT forward per step) and v5dev at `--dev-steps`
@@ -49,6 +50,7 @@ def main() -> int:
     parser.add_argument("--reference", type=int, default=300, help="reference frames (100 per second)")
     parser.add_argument("--target", type=int, default=400, help="target frames of the fragment")
     parser.add_argument("--dev-steps", type=int, default=4, choices=(4, 8, 16, 32))
+    parser.add_argument("--versions", nargs="+", default=["v5turbo", "v5dev"], choices=("v5turbo", "v5dev"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -75,7 +77,9 @@ def main() -> int:
         target = torch.randn(1, text_dim, args.target, generator=g)
         report = {"size": args.size, "threads": args.threads, "reference": args.reference, "target": args.target,
                   "torch": torch.__version__, "requests": {}}
-        for version, steps, rate in (("v5turbo", 4, 0.0), ("v5dev", args.dev_steps, 1.3)):
+        requests = {"v5turbo": (4, 0.0), "v5dev": (args.dev_steps, 1.3)}
+        for version in args.versions:
+            steps, rate = requests[version]
             def upstream(version=version, steps=steps, rate=rate):
                 torch.manual_seed(9)
                 return synthesize(SimpleNamespace(version=version, cfm=theirs), reference, target, mel, steps, rate)

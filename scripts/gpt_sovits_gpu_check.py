@@ -3,7 +3,7 @@ second with its step as CUDA graph segments and without (bit for bit the same to
 SoVITS decode's real-time factor; one fragment's synthesis (T2S + SoVITS) as a real-time factor and the time to its
 first audio, for v2 and for v2ProPlus (its ERes2NetV2 speaker embedding of a 5 s reference included, as each request
 computes it); v4's CFM (eager and as CUDA graph segments, the same mel), its 48 kHz vocoder and one v4 fragment's
-real-time factor; and the peak memory.
+real-time factor; v5turbo's and v5dev's CFM over one fragment (eager and as graphs, the same mel); and the peak memory.
 
     python scripts/gpt_sovits_gpu_check.py [--json OUT.json] [--tokens 250] [--sample-steps 32] [--device cuda]
 
@@ -120,6 +120,36 @@ def v4(report: dict, device, model, fragment, ref, refer, sampling, steps: int) 
     return same
 
 
+def v5(report: dict, device) -> bool:
+    """v5 at its released size (v4's DiT without d_embed): one fragment of 640 target frames after a 500-frame
+    reference through cfm_v5.synthesize for v5turbo (4 steps, no guidance) and v5dev (32 steps, guidance 1.3), eager
+    and as CUDA graph segments (the same bits), float32."""
+    from mizuoto.engines.gpt_sovits import cfm, cfm_v5
+
+    model = random_(cfm_v5.CFMV5(cfm.CFMConfig(step_embedding=False)), 14).to(device)
+    g = torch.Generator().manual_seed(15)
+    reference = torch.randn(1, 512, 500, generator=g).to(device)
+    target = torch.randn(1, 512, 640, generator=g).to(device)
+    mel = torch.randn(1, 100, 500, generator=g).to(device)
+    same = True
+    for version in ("v5turbo", "v5dev"):
+        steps, rate = cfm_v5.v5_sampling(version, None, None)
+        runs = {}
+        for graphs in ((None, Graphs(device)) if device.type == "cuda" else (None,)):
+            def run(graphs=graphs, steps=steps, rate=rate):
+                with torch.inference_mode():
+                    return cfm_v5.synthesize(model, reference, target, mel, steps, rate,
+                                             torch.Generator(device).manual_seed(16), graphs)
+            runs["graphs" if graphs is not None else "eager"] = timed(run, device)
+        for kind, (seconds, _) in runs.items():
+            report[f"{version}_cfm_{kind}_s"] = round(seconds, 3)
+            report[f"{version}_cfm_{kind}_rtf"] = round(seconds / 6.4, 4)  # 640 frames: 6.4 s of speech
+        if "graphs" in runs:
+            report[f"{version}_cfm_graphs_same_mel"] = bool(torch.equal(runs["graphs"][1], runs["eager"][1]))
+            same &= report[f"{version}_cfm_graphs_same_mel"]
+    return same
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
@@ -193,6 +223,7 @@ def main() -> int:
     report["goal_v2proplus_rtf_0.02_first_audio_150ms"] = bool(report["v2proplus_fragment_rtf"] <= 0.02
                                                                and report["v2proplus_first_audio_ms"] <= 150)
     ok &= v4(report, device, model, fragment, ref, refer, sampling, args.sample_steps)
+    ok &= v5(report, device)
     if device.type == "cuda":
         report["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
     report["ok"] = ok
