@@ -25,7 +25,9 @@ PRO_FILES = ("s1v3.ckpt", "sv/pretrained_eres2netv2w24s4ep4.ckpt", *SHARED_FILES
 V3_FILES = ("s1v3.ckpt", "s2Gv3.pth", "models--nvidia--bigvgan_v2_24khz_100band_256x/*", *SHARED_FILES)
 V4_FILES = ("s1v3.ckpt", "gsv-v4-pretrained/s2Gv4.pth", "gsv-v4-pretrained/vocoder.pth", *SHARED_FILES)
 # v5 (the cuda_graph_accel_v5 branch, ac846f5): its SoVITS models and its vocoder under gsv-v5-pretrained/ (where
-# upstream's TTS looks). Not download choices: no released v5 files are on lj1995/GPT-SoVITS to name yet.
+# the branch's TTS reads them), beside the s1v3.ckpt above them
+V5_FILES = {version: ("s1v3.ckpt", f"gsv-v5-pretrained/s2G{version}.pth", "gsv-v5-pretrained/vocoder.pth",
+                      *SHARED_FILES) for version in ("v5turbo", "v5dev")}
 
 ENGINE = EngineSpec(
     id="gpt_sovits",
@@ -43,6 +45,10 @@ ENGINE = EngineSpec(
                             "reference)"),
         Variant("v2Pro", RELEASED_V2, ("v2Pro/s2Gv2Pro.pth", *PRO_FILES), "v2Pro/s2Gv2Pro.pth",
                 description="the pretrained v2Pro pair"),
+        Variant("v5turbo", RELEASED_V2, V5_FILES["v5turbo"], "gsv-v5-pretrained/s2Gv5turbo.pth",
+                description="the pretrained v5turbo pair: 48 kHz, its CFM distilled to 4 steps"),
+        Variant("v5dev", RELEASED_V2, V5_FILES["v5dev"], "gsv-v5-pretrained/s2Gv5dev.pth",
+                description="the pretrained v5dev pair: 48 kHz, 32 CFM steps with guidance"),
         Variant("v4", RELEASED_V2, V4_FILES, "gsv-v4-pretrained/s2Gv4.pth",
                 description="the pretrained v4 pair: 48 kHz through a CFM and its own HiFi-GAN vocoder"),
         Variant("v3", RELEASED_V2, V3_FILES, "s2Gv3.pth",

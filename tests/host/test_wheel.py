@@ -30,7 +30,9 @@ def expected_files(repo: Path) -> set[str]:
     for folder, target in (("engines", "mizuoto/engines"), ("nodes", "mizuoto/nodes")):
         files |= {f"{target}/{p.relative_to(repo / folder).as_posix()}" for p in (repo / folder).rglob("*.py")}
     files |= {f"mizuoto/web/{p.name}" for p in (repo / "web").glob("*.js")}
-    # Engines' data (vocabularies, filter banks) travel in each engine's assets/ folder.
+    # Engines' data (vocabularies, filter banks) travel in each engine's assets/ folder, the shared code's in its
+    # package's (mizuoto/audio/assets: resampy's filter table).
+    files |= {p.relative_to(repo).as_posix() for p in (repo / "mizuoto").glob("*/assets/*") if p.is_file()}
     files |= {f"mizuoto/engines/{p.relative_to(repo / 'engines').as_posix()}"
               for p in (repo / "engines").glob("*/assets/*") if p.is_file()}
     return {f for f in files if "__pycache__" not in f}
