@@ -206,29 +206,20 @@ def probe(tts, tokens: torch.Tensor, phones: list, steps: int) -> torch.Tensor:
     return audio.float().contiguous()
 
 
-def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info: dict) -> None:
-    import numpy as np
+def recorded_run(tts, recorder, inputs: dict, refs: dict, name: str):
+    """TTS.run of one request with `recorder` attached -> (rate, int16 audio); each fragment's tokens into refs."""
+    (rate, audio), = list(tts.run(inputs))
+    type(recorder).release(tts)
+    assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
+    for i, (codes, phones) in zip(recorder.order, recorder.decoded, strict=True):
+        assert phones.tolist() == recorder.fragments[i]["phones"]
+        refs[f"{name}/fragment{i}/tokens"] = codes.long()
+    return rate, audio
 
-    case = dict(case)
-    layout = case.pop("layout", None)
-    saved = dict(tts.vocoder_configs)
-    tts.vocoder_configs.update(layout or {})
-    recorder = Recorder(tts)
-    inputs = {**e2e.DEFAULTS, **case, "ref_audio_path": str(wav)}
-    try:
-        (rate, audio), = list(tts.run(inputs))
-        Recorder.release(tts)
-        assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
-        for i, (codes, phones) in zip(recorder.order, recorder.decoded, strict=True):
-            assert phones.tolist() == recorder.fragments[i]["phones"]
-            refs[f"{name}/fragment{i}/tokens"] = codes.long()
-        refs[f"{name}/probe"] = probe(tts, refs[f"{name}/fragment0/tokens"], recorder.fragments[0]["phones"],
-                                      inputs["sample_steps"])
-    finally:
-        Recorder.release(tts)
-        tts.vocoder_configs.clear()
-        tts.vocoder_configs.update(saved)
-    assert rate == RATES[model] and audio.dtype == np.int16, (rate, audio.dtype)
+
+def record_case(tts, recorder, model: str, name: str, layout, inputs: dict, audio, refs: dict, info: dict) -> None:
+    """The rest of what one request computed on the way: the audio, the fragments' and the prompt's phones and BERT
+    features, the prompt's tokens, and the case's record."""
     refs[f"{name}/audio"] = torch.from_numpy(audio.copy())
     for i, fragment in enumerate(recorder.fragments):
         refs[f"{name}/fragment{i}/phones"] = torch.tensor(fragment["phones"], dtype=torch.long)
@@ -243,6 +234,27 @@ def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info
         "order": recorder.order, "ends": recorder.ends, "samples": int(audio.shape[0]),
         "reference_extracted": recorder.extracted,
         "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0}
+
+
+def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info: dict) -> None:
+    import numpy as np
+
+    case = dict(case)
+    layout = case.pop("layout", None)
+    saved = dict(tts.vocoder_configs)
+    tts.vocoder_configs.update(layout or {})
+    recorder = Recorder(tts)
+    inputs = {**e2e.DEFAULTS, **case, "ref_audio_path": str(wav)}
+    try:
+        rate, audio = recorded_run(tts, recorder, inputs, refs, name)
+        refs[f"{name}/probe"] = probe(tts, refs[f"{name}/fragment0/tokens"], recorder.fragments[0]["phones"],
+                                      inputs["sample_steps"])
+    finally:
+        Recorder.release(tts)
+        tts.vocoder_configs.clear()
+        tts.vocoder_configs.update(saved)
+    assert rate == RATES[model] and audio.dtype == np.int16, (rate, audio.dtype)
+    record_case(tts, recorder, model, name, layout, inputs, audio, refs, info)
 
 
 def outputs(checkout: Path) -> tuple[dict, dict]:

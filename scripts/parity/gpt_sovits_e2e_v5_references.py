@@ -133,12 +133,7 @@ def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info
     recorder = Recorder(tts)
     inputs = {**e2e.DEFAULTS, **V5_DEFAULTS, **case, "ref_audio_path": str(wav)}
     try:
-        (rate, audio), = list(tts.run(inputs))
-        Recorder.release(tts)
-        assert len(recorder.decoded) == len(recorder.order) == len(recorder.fragments)
-        for i, (codes, phones) in zip(recorder.order, recorder.decoded, strict=True):
-            assert phones.tolist() == recorder.fragments[i]["phones"]
-            refs[f"{name}/fragment{i}/tokens"] = codes.long()
+        rate, audio = v3v4.recorded_run(tts, recorder, inputs, refs, name)
         refs[f"{name}/probe"] = probe(tts, refs[f"{name}/fragment0/tokens"], recorder.fragments[0]["phones"],
                                       inputs["sample_steps"], inputs["cfg_rate"])
     finally:
@@ -146,20 +141,7 @@ def run_case(tts, model: str, name: str, case: dict, wav: Path, refs: dict, info
         for key, value in saved.items():
             setattr(v5, key, value)
     assert rate == RATES[model] and audio.dtype == np.int16, (rate, audio.dtype)
-    refs[f"{name}/audio"] = torch.from_numpy(audio.copy())
-    for i, fragment in enumerate(recorder.fragments):
-        refs[f"{name}/fragment{i}/phones"] = torch.tensor(fragment["phones"], dtype=torch.long)
-        refs[f"{name}/fragment{i}/bert"] = fragment["bert_features"].float().contiguous()
-    cache = tts.prompt_cache
-    refs[f"{name}/prompt/phones"] = torch.tensor(cache["phones"], dtype=torch.long)
-    refs[f"{name}/prompt/bert"] = cache["bert_features"].float().contiguous()
-    refs[f"{name}/prompt/semantic"] = cache["prompt_semantic"].long()
-    info["cases"][name] = {
-        "model": model, "layout": layout, "inputs": {k: v for k, v in inputs.items() if k != "ref_audio_path"},
-        "normalized": [f["norm_text"] for f in recorder.fragments], "prompt_normalized": cache["norm_text"],
-        "order": recorder.order, "ends": recorder.ends, "samples": int(audio.shape[0]),
-        "reference_extracted": recorder.extracted,
-        "hubert_draws": tts.cnhuhbert_model.model.config.num_hidden_layers if recorder.extracted else 0}
+    v3v4.record_case(tts, recorder, model, name, layout, inputs, audio, refs, info)
 
 
 def outputs(checkout: Path) -> tuple[dict, dict]:
