@@ -46,13 +46,17 @@ def v5_sampling(version: str, steps: int | None, cfg: float | None) -> tuple[int
     """resolve_sampling then validate_v5_sampling: the version's defaults for what is None, then the checks (an
     InputError that names the setting)."""
     default_steps, default_cfg = DEFAULTS[version]
-    steps = default_steps if steps is None else steps
-    cfg = default_cfg if cfg is None else float(cfg)
+    return check_sampling(default_steps if steps is None else steps, default_cfg if cfg is None else cfg, version)
+
+
+def check_sampling(steps: int, cfg: float, who: str = "v5") -> tuple[int, float]:
+    """validate_v5_sampling: steps 4, 8, 16 or 32, cfg finite within [0, 2]; `who` names the model in errors."""
+    cfg = float(cfg)
     if steps not in STEPS:
-        raise InputError(f"{version} takes sample_steps of {', '.join(map(str, STEPS))} (it was distilled for "
+        raise InputError(f"{who} takes sample_steps of {', '.join(map(str, STEPS))} (it was distilled for "
                          f"them), got {steps}")
     if not math.isfinite(cfg) or not 0 <= cfg <= MAX_CFG:
-        raise InputError(f"cfg_rate must be between 0 and {MAX_CFG:g} for {version}, got {cfg}")
+        raise InputError(f"cfg_rate must be between 0 and {MAX_CFG:g} for {who}, got {cfg}")
     return steps, cfg
 
 
@@ -70,11 +74,7 @@ class CFMV5(CFM):
         est = self.estimator
         if est.d_embed is not None:
             raise InputError("this CFM has a step embedding: it is a v3/v4 model, not a v5 one")
-        if n_timesteps not in STEPS:
-            raise InputError(f"v5's CFM takes {', '.join(map(str, STEPS))} steps, got {n_timesteps}")
-        cfg = float(inference_cfg_rate)
-        if not math.isfinite(cfg) or not 0 <= cfg <= MAX_CFG:
-            raise InputError(f"v5's cfg_rate must be between 0 and {MAX_CFG:g}, got {cfg}")
+        n_timesteps, cfg = check_sampling(n_timesteps, inference_cfg_rate, "v5's CFM")
         if mu.ndim != 3 or mu.shape[2] != self.config.text_dim:
             raise InputError(f"the CFM's features must be (B, T, {self.config.text_dim}), got {tuple(mu.shape)}")
         batch, frames = mu.shape[:2]

@@ -279,16 +279,21 @@ def outputs(checkout: Path) -> tuple[dict, dict]:
     return {k: v.contiguous().clone() for k, v in refs.items()}, info
 
 
-def write(out: Path, checkout: Path) -> None:
-    from pinned import write_checkout_tensors
-
-    refs, info = outputs(checkout)
+def record_inputs(info: dict) -> None:
+    """The set's inputs (the files the test rebuilds from, relative to tests/parity/data) and the stand-ins."""
     found = e2e.detector()
     info["inputs"] = {"reference": "reference.wav", "g2pw": "gpt_sovits_zh_g2p/g2pw",
                       "bert_vocab": "gpt_sovits_zh_g2p/bert/vocab.txt", "vocoders": "gpt_sovits_vocoder",
                       "detector": str(found.relative_to(REPO / "tests" / "parity" / "data")) if found else None,
                       "english": False}
     info["stubs"] = [s for s in e2e.SPEAKER_STUBS if s not in ("peft", "BigVGAN", "BigVGAN.bigvgan")]
+
+
+def write(out: Path, checkout: Path) -> None:
+    from pinned import write_checkout_tensors
+
+    refs, info = outputs(checkout)
+    record_inputs(info)
     info["resample"] = "torchaudio.transforms.Resample: mizuoto/audio/torchaudio_sinc.resample (v3's 24 kHz mel)"
     write_checkout_tensors(out, refs, info, checkout,
                            "GPT_SoVITS/TTS_infer_pack/TTS.py TTS.run (api_v2's pipeline), v3 (BigVGAN) and v4 (LoRA "

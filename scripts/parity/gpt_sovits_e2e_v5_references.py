@@ -48,7 +48,6 @@ import gpt_sovits_e2e_v3v4_references as v3v4  # noqa: E402
 import torch  # noqa: E402
 from gpt_sovits_v5_references import BRANCH_COMMIT, FILES_VARIABLE, file_record  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 ACCELERATION_COMMIT = "25937fe2d80a4b746b048f85a58f4b74d5a06792"
 FILES = {  # path in the repository -> the commit it was read at
     "GPT_SoVITS/TTS_infer_pack/TTS.py": BRANCH_COMMIT,
@@ -174,12 +173,7 @@ def write(out: Path, checkout: Path) -> None:
     from pinned import write_checkout_tensors
 
     refs, info = outputs(checkout)
-    found = e2e.detector()
-    info["inputs"] = {"reference": "reference.wav", "g2pw": "gpt_sovits_zh_g2p/g2pw",
-                      "bert_vocab": "gpt_sovits_zh_g2p/bert/vocab.txt", "vocoders": "gpt_sovits_vocoder",
-                      "detector": str(found.relative_to(REPO / "tests" / "parity" / "data")) if found else None,
-                      "english": False}
-    info["stubs"] = [s for s in e2e.SPEAKER_STUBS if s not in ("peft", "BigVGAN", "BigVGAN.bigvgan")]
+    v3v4.record_inputs(info)
     info["resample"] = ("torchaudio.transforms.Resample: mizuoto/audio/torchaudio_sinc.resample (the reference's 32 "
                         "kHz mel needs none: the recording is at 32 kHz); the 16 kHz prompt: upstream's "
                         "resample(match_librosa=True) over resampy")

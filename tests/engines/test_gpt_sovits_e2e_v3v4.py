@@ -24,7 +24,7 @@ import torch
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fallback import Comparison  # noqa: E402
-from gpt_sovits_e2e_stages import RecordingModels, compare  # noqa: E402
+from gpt_sovits_e2e_stages import compare, speak_cases  # noqa: E402
 from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 SET = "gpt_sovits_e2e_v3v4"
@@ -52,78 +52,18 @@ def rebuild(folder: Path, target: Path) -> dict:
 
 
 def ours(folder: Path, out: Path) -> dict:
-    from safetensors.torch import load_file, save_file
-
-    from mizuoto.audio import files
-    from mizuoto.engines.gpt_sovits import engine
-    from mizuoto.engines.gpt_sovits import reference as ref
     from mizuoto.engines.gpt_sovits import vocoder_synthesis as mel_synthesis
-    from mizuoto.host import speak
 
-    tiny = parity_module("gpt_sovits_e2e_models")
-    info = json.loads((folder / "references.json").read_text())
-    theirs = load_file(str(folder / "references.safetensors"))
-    paths = rebuild(folder, out.parent / "models")
-    wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
-    results, load = {}, RecordingModels(paths)
-    calls = load.calls
     layouts = dict(mel_synthesis.LAYOUTS)
 
-    draws = engine.layerdrop_draws
+    def set_layout(model: str, layout: dict) -> None:  # upstream's vocoder_configs T_ref / T_chunk
+        mel_synthesis.LAYOUTS[model] = replace(layouts[model], t_ref=layout.get("T_ref", layouts[model].t_ref),
+                                               t_chunk=layout.get("T_chunk", layouts[model].t_chunk))
+
     try:
-        for name, case in info["cases"].items():
-            inputs, model = case["inputs"], case["model"]
-            loaded = load(model)
-            state = loaded.state
-            front = state.front_end()
-            with torch.inference_mode():
-                fragments = front.fragments(inputs["text"], inputs["text_lang"], inputs["text_split_method"])
-                for i, fragment in enumerate(fragments):
-                    results[f"{name}/fragment{i}/phones"] = torch.tensor(fragment.phones, dtype=torch.long)
-                    results[f"{name}/fragment{i}/bert"] = fragment.bert.float().contiguous()
-                phones, bert, _ = front.prompt(inputs["prompt_text"], inputs["prompt_lang"])
-                results[f"{name}/prompt/phones"] = torch.tensor(phones, dtype=torch.long)
-                results[f"{name}/prompt/bert"] = bert.float().contiguous()
-                results[f"{name}/prompt/semantic"] = ref.prompt_tokens(
-                    wave, rate, state.sampling_rate, state.hubert, state.sovits).long()
-            calls.clear()
-            layout = case["layout"] or {}
-            mel_synthesis.LAYOUTS[model] = replace(layouts[model], t_ref=layout.get("T_ref", layouts[model].t_ref),
-                                                   t_chunk=layout.get("T_chunk", layouts[model].t_chunk))
-            # a request upstream ran with its reference cached: without CN-HuBERT's LayerDrop draws
-            engine.layerdrop_draws = draws if case["reference_extracted"] else (lambda hubert, generator: None)
-            speech = speak(loaded, inputs["text"], seed=inputs["seed"], params=tiny.speak_params(inputs),
-                           reference=(wave, rate), reference_text=inputs["prompt_text"])
-            assert speech.sample_rate == RATES[model], speech.sample_rate
-            for k, tokens in enumerate(calls):
-                results[f"{name}/call{k}/tokens"] = tokens.long()
-            results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
-            results[f"{name}/probe"] = probe(state, (wave, rate), inputs, theirs, name)
+        return speak_cases(folder, out, rebuild(folder, out.parent / "models"), RATES, set_layout)
     finally:
-        engine.layerdrop_draws = draws
         mel_synthesis.LAYOUTS.update(layouts)
-        load.release()
-    save_file({k: v.contiguous() for k, v in results.items()}, str(out))
-    return {"saved": str(out)}
-
-
-def probe(state, reference: tuple, inputs: dict, theirs: dict, name: str) -> torch.Tensor:
-    """The writer's probe: the rolling path (using_vocoder_synthesis) of upstream's first fragment, from its recorded
-    tokens and prompt, at speed 1 with the CFM's noise from PROBE_SEED, at the case's layout (LAYOUTS is still
-    patched)."""
-    from mizuoto.engines.gpt_sovits import engine
-    from mizuoto.engines.gpt_sovits.synthesize import Prompt
-
-    seed = parity_module("gpt_sovits_e2e_models").PROBE_SEED
-    prompt = Prompt(tuple(theirs[f"{name}/prompt/phones"].tolist()), theirs[f"{name}/prompt/bert"],
-                    theirs[f"{name}/prompt/semantic"])
-    params = {"sample_steps": inputs["sample_steps"], "speed_factor": 1.0, "parallel_infer": False}
-    with torch.inference_mode():
-        refers, _ = engine.timbres(state, [reference])
-        decode = engine.mel_decoder(state, *reference, prompt, refers[0], params, torch.Generator().manual_seed(seed),
-                                    None, None)
-        tokens, phones = theirs[f"{name}/fragment0/tokens"], theirs[f"{name}/fragment0/phones"]
-        return decode(tokens.view(1, 1, -1), phones.view(1, -1)).float().contiguous()
 
 
 @pytest.fixture(scope="module")

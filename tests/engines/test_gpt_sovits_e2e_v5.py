@@ -18,16 +18,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fallback import Comparison  # noqa: E402
-from gpt_sovits_e2e_stages import RecordingModels, compare  # noqa: E402
+from gpt_sovits_e2e_stages import compare, speak_cases  # noqa: E402
 from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
 SET = "gpt_sovits_e2e_v5"
 DATA = Path(__file__).resolve().parents[1] / "parity" / "data"
+RATES = {"v5dev": 48000, "v5turbo": 48000}
 # upstream's v5_inference constants -> ours (cfm_v5), for the `layout` cases
 CONSTANTS = {"V5_REFERENCE_FRAMES": "REFERENCE_FRAMES", "V5_TOTAL_CHUNK_FRAMES": "TOTAL_CHUNK_FRAMES",
              "V5_MAX_TARGET_CHUNK_FRAMES": "MAX_TARGET_CHUNK_FRAMES"}
@@ -49,77 +49,19 @@ def rebuild(folder: Path, target: Path) -> dict:
 
 
 def ours(folder: Path, out: Path) -> dict:
-    from safetensors.torch import load_file, save_file
+    from mizuoto.engines.gpt_sovits import cfm_v5
 
-    from mizuoto.audio import files
-    from mizuoto.engines.gpt_sovits import cfm_v5, engine
-    from mizuoto.engines.gpt_sovits import reference as ref
-    from mizuoto.host import speak
-
-    tiny = parity_module("gpt_sovits_e2e_models")
-    info = json.loads((folder / "references.json").read_text())
-    theirs = load_file(str(folder / "references.safetensors"))
-    paths = rebuild(folder, out.parent / "models")
-    wave, rate = files.read(folder / info["inputs"]["reference"], "reference audio")
-    results, load = {}, RecordingModels(paths)
-    calls = load.calls
     constants = {ours_name: getattr(cfm_v5, ours_name) for ours_name in CONSTANTS.values()}
 
-    draws = engine.layerdrop_draws
+    def set_layout(model: str, layout: dict) -> None:  # v5_inference's V5_* chunk constants
+        for upstream_name, ours_name in CONSTANTS.items():
+            setattr(cfm_v5, ours_name, layout.get(upstream_name, constants[ours_name]))
+
     try:
-        for name, case in info["cases"].items():
-            inputs, model = case["inputs"], case["model"]
-            loaded = load(model)
-            state = loaded.state
-            assert state.sovits.config.version == model
-            front = state.front_end()
-            with torch.inference_mode():
-                fragments = front.fragments(inputs["text"], inputs["text_lang"], inputs["text_split_method"])
-                for i, fragment in enumerate(fragments):
-                    results[f"{name}/fragment{i}/phones"] = torch.tensor(fragment.phones, dtype=torch.long)
-                    results[f"{name}/fragment{i}/bert"] = fragment.bert.float().contiguous()
-                phones, bert, _ = front.prompt(inputs["prompt_text"], inputs["prompt_lang"])
-                results[f"{name}/prompt/phones"] = torch.tensor(phones, dtype=torch.long)
-                results[f"{name}/prompt/bert"] = bert.float().contiguous()
-                results[f"{name}/prompt/semantic"] = ref.prompt_tokens(
-                    wave, rate, state.sampling_rate, state.hubert, state.sovits, kaiser=True).long()
-            calls.clear()
-            for upstream_name, ours_name in CONSTANTS.items():
-                setattr(cfm_v5, ours_name, (case["layout"] or {}).get(upstream_name, constants[ours_name]))
-            # a request upstream ran with its reference cached: without CN-HuBERT's LayerDrop draws
-            engine.layerdrop_draws = draws if case["reference_extracted"] else (lambda hubert, generator: None)
-            speech = speak(loaded, inputs["text"], seed=inputs["seed"], params=tiny.speak_params(inputs),
-                           reference=(wave, rate), reference_text=inputs["prompt_text"])
-            assert speech.sample_rate == 48000, speech.sample_rate
-            for k, tokens in enumerate(calls):
-                results[f"{name}/call{k}/tokens"] = tokens.long()
-            results[f"{name}/audio"] = (speech.waveform[0] * 32768).round().to(torch.int16)
-            results[f"{name}/probe"] = probe(state, (wave, rate), inputs, theirs, name)
+        return speak_cases(folder, out, rebuild(folder, out.parent / "models"), RATES, set_layout, kaiser=True)
     finally:
-        engine.layerdrop_draws = draws
         for ours_name, value in constants.items():
             setattr(cfm_v5, ours_name, value)
-        load.release()
-    save_file({k: v.contiguous() for k, v in results.items()}, str(out))
-    return {"saved": str(out)}
-
-
-def probe(state, reference: tuple, inputs: dict, theirs: dict, name: str) -> torch.Tensor:
-    """The writer's probe: upstream's first fragment, from its recorded tokens and prompt, at speed 1 with the CFM's
-    noise from PROBE_SEED, at the case's layout (the constants are still patched)."""
-    from mizuoto.engines.gpt_sovits import engine
-    from mizuoto.engines.gpt_sovits.synthesize import Prompt
-
-    tiny = parity_module("gpt_sovits_e2e_models")
-    prompt = Prompt(tuple(theirs[f"{name}/prompt/phones"].tolist()), theirs[f"{name}/prompt/bert"],
-                    theirs[f"{name}/prompt/semantic"])
-    params = {**tiny.speak_params(inputs), "speed_factor": 1.0}
-    with torch.inference_mode():
-        refers, _ = engine.timbres(state, [reference])
-        decode = engine.mel_decoder(state, *reference, prompt, refers[0], params,
-                                    torch.Generator().manual_seed(tiny.PROBE_SEED), None, None)
-        tokens, phones = theirs[f"{name}/fragment0/tokens"], theirs[f"{name}/fragment0/phones"]
-        return decode(tokens.view(1, 1, -1), phones.view(1, -1)).float().contiguous()
 
 
 @pytest.fixture(scope="module")
