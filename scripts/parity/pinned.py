@@ -233,7 +233,8 @@ def checkout_writer_main(description: str, write, spread, outputs) -> None:
         write(args.out, checkout)
 
 
-def write_checkout_tensors(out: Path, refs: dict, info: dict, checkout: Path, code: str, packages) -> None:
+def write_checkout_tensors(out: Path, refs: dict, info: dict, checkout: Path, code: str, packages,
+                           repository: str = "RVC-Boss/GPT-SoVITS") -> None:
     """A GitHub-only upstream's tensor set: OUT/references.safetensors (read back and compared), and
     OUT/references.json holding `info`, then the upstream record (its repository at `checkout`, what of its
     `code` ran), the versions of `packages` and the measured spread when OUT/spread.json is there."""
@@ -246,7 +247,7 @@ def write_checkout_tensors(out: Path, refs: dict, info: dict, checkout: Path, co
     save_file(refs, str(out / "references.safetensors"))
     back = load_file(str(out / "references.safetensors"))
     assert all(torch.equal(back[k], refs[k]) for k in refs)
-    info["upstream"] = {"repository": "RVC-Boss/GPT-SoVITS", **checkout_record(checkout), "code": code}
+    info["upstream"] = {"repository": repository, **checkout_record(checkout), "code": code}
     info["environment"] = environment(packages)
     spread_file = out / "spread.json"
     if spread_file.exists():
