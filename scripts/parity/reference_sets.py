@@ -180,6 +180,10 @@ SETS = {s.name: s for s in (
                         "tests/parity/data/gpt_sovits_vocoder/references.safetensors"),
                  upstream="RVC-Boss/GPT-SoVITS cuda_graph_accel_v5 at ac846f5 (its TTS.run, v5dev and v5turbo, the "
                           "branch's files from the code-search index, GPT_SOVITS_V5_FILES) over 48b1a01, tiny models"),
+    ReferenceSet("cosyvoice_flow", None, (("cosyvoice_flow_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 with Matcha-TTS dd9105b (CausalMaskedDiffWithXvec and "
+                          "CausalMaskedDiffWithDiT.inference: the Conformer encoder, the Matcha U-Net, the DiT, "
+                          "CausalConditionalCFM)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

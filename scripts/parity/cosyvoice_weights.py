@@ -1,0 +1,28 @@
+"""The seeded weights of CosyVoice's tiny reference models, defined once: the writers (in the upstream venv) fill
+upstream's modules with them, the tests fill ours from the names and shapes a set records. Pure torch, no upstream
+import.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def fill(name: str, shape: tuple, seed: int) -> torch.Tensor:
+    """One parameter, nothing left at upstream's init (zeroed AdaLN modulations, LayerNorm ones, wenet's
+    xavier position biases): norm scales in [0.5, 1.5), biases and position biases small, every other weight at
+    1/sqrt(fan-in) (an embedding's rows at unit scale over its width)."""
+    g = torch.Generator().manual_seed(seed)
+    leaf = name.rsplit(".", 1)[-1]
+    if len(shape) == 1 and leaf == "weight":  # LayerNorm / GroupNorm scales
+        return torch.rand(shape, generator=g) + 0.5
+    if leaf == "bias" or leaf.startswith("pos_bias_"):
+        return torch.randn(shape, generator=g) * 0.1
+    return torch.randn(shape, generator=g) / math.sqrt(math.prod(shape[1:]))
+
+
+def state(entries: list, seed: int) -> dict:
+    """The parameters for [(name, shape)] in that order, entry i drawn from seed + i."""
+    return {name: fill(name, tuple(shape), seed + i) for i, (name, shape) in enumerate(entries)}
