@@ -2,10 +2,10 @@
 
 Exact to seed-vc 0.4.3 `modules/hifigan/generator.py` (`HiFTGenerator`, `SourceModuleHnNSF`, `SineGen`,
 `ResBlock`, `Snake`; CosyVoice's non-causal HiFT, which Seed-VC's real-time variant runs with
-CosyVoice-300M's hift.pt); GPL-3.0 code, read not copied. Not here: CosyVoice 3's causal HiFT
-(`CausalHiFTGenerator`), and CosyVoice 2's `SineGen2` source (its phase integrated at the frame rate and
-interpolated, other draw shapes): CosyVoice 2's hift.pt loads into this module (same keys), but its engine
-needs that source, which `decode(mel, source)` accepts once written.
+CosyVoice-300M's hift.pt); GPL-3.0 code, read not copied. CosyVoice 2's HiFTGenerator (FunAudioLLM/CosyVoice
+ace7c47, Apache-2.0) is this module with `source="SineGen2"` (hift_sine2.py: its phase integrated at the frame
+rate, other draws), which `HiFTConfig.from_cosyvoice` picks by upstream's rule, and `inference(mel, generator,
+cache_source)` as CosyVoice2Model calls it. CosyVoice 3's CausalHiFTGenerator is hift_causal.py.
 
 Data flow of `HiFTGenerator.forward(mel, generator)`, as Seed-VC calls it (`vocoder_fn(mel)`):
 
@@ -50,11 +50,13 @@ from torch import nn
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn import ops
 from mizuoto.nn.hift_f0 import F0Predictor, F0PredictorConfig
+from mizuoto.nn.hift_sine2 import SineGen2Source
 
 _INT_FIELDS = ("in_channels", "base_channels", "nb_harmonics", "sampling_rate", "n_fft", "hop_len")
 _FLOAT_FIELDS = ("nsf_alpha", "nsf_sigma", "nsf_voiced_threshold", "lrelu_slope", "audio_limit")
 _LIST_FIELDS = ("upsample_rates", "upsample_kernel_sizes", "resblock_kernel_sizes", "source_resblock_kernel_sizes")
 _NESTED_FIELDS = ("resblock_dilation_sizes", "source_resblock_dilation_sizes")
+SOURCES = ("SineGen", "SineGen2")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,9 @@ class HiFTConfig:
     lrelu_slope: float = 0.1
     audio_limit: float = 0.99
     f0_predictor: F0PredictorConfig = field(default_factory=F0PredictorConfig)
+    # The harmonic source: "SineGen" (Seed-VC; CosyVoice at 22050 Hz) or "SineGen2" (CosyVoice 2 and 3, whose
+    # upstream picks it when sampling_rate != 22050: HiFTConfig.from_cosyvoice applies that rule).
+    source: str = "SineGen"
 
     def __post_init__(self):
         for name in _LIST_FIELDS:
@@ -120,6 +125,7 @@ class HiFTConfig:
         need(self.hop_len <= self.n_fft, f"istft_params.hop_len ({self.hop_len}) exceeds n_fft ({self.n_fft})")
         need(self.base_channels >> stages >= 1,
              f"base_channels {self.base_channels} halves below one channel over {stages} stages")
+        need(self.source in SOURCES, f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
         need(self.f0_predictor.in_channels == self.in_channels,
              f"f0_predictor.in_channels ({self.f0_predictor.in_channels}) differs from in_channels "
              f"({self.in_channels}): both read the same mel")
@@ -137,10 +143,14 @@ class HiFTConfig:
     def from_dict(cls, data) -> HiFTConfig:
         """From a hifigan.yml mapping: its `hift` section (upstream's constructor arguments) and, when present,
         its `f0_predictor` section; other top-level entries (pretrained_model_path) are ignored. Missing fields
-        take upstream's defaults; unknown ones are refused in one line, as upstream's constructor would."""
+        take upstream's defaults; unknown ones are refused in one line, as upstream's constructor would. The
+        F0 predictor's arguments may also sit inside `hift` as `f0_predictor` (CosyVoice's yaml nests them)."""
         if not isinstance(data, Mapping) or not isinstance(data.get("hift"), Mapping):
             raise CheckpointError("a HiFT config needs a 'hift' mapping (configs/hifigan.yml's layout)")
         values = dict(data["hift"])
+        nested = values.pop("f0_predictor", None)
+        if nested is not None and data.get("f0_predictor") is not None:
+            raise CheckpointError("the f0_predictor config is given twice: inside 'hift' and beside it")
         istft = values.pop("istft_params", {})
         if not isinstance(istft, Mapping) or set(istft) - {"n_fft", "hop_len"}:
             raise CheckpointError(f"hift.istft_params must be a mapping of n_fft and hop_len, got {istft!r}")
@@ -148,8 +158,24 @@ class HiFTConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise CheckpointError(f"hift config has an unknown field {unknown[0]!r}")
-        predictor = F0PredictorConfig.from_dict(dict(data.get("f0_predictor") or {}))
+        section = nested if nested is not None else data.get("f0_predictor")
+        if section is not None and not isinstance(section, Mapping):
+            raise CheckpointError(f"the f0_predictor config must be a mapping, got {type(section).__name__}")
+        predictor = F0PredictorConfig.from_dict(dict(section or {}))
         return cls(**values, **dict(istft), f0_predictor=predictor)
+
+    @classmethod
+    def from_cosyvoice(cls, hift_section) -> HiFTConfig:
+        """From the arguments of the `hift:` entry of a CosyVoice yaml (cosyvoice2.yaml: HiFTGenerator, its
+        `f0_predictor` arguments nested, `sampling_rate` resolved), with upstream's choice of source: SineGen at
+        22050 Hz, SineGen2 at any other rate (CosyVoice 2 and 3: 24000)."""
+        if not isinstance(hift_section, Mapping):
+            raise CheckpointError(f"a CosyVoice hift config must be a mapping, got {type(hift_section).__name__}")
+        if "source" in hift_section:
+            raise CheckpointError("a CosyVoice hift config has no 'source': upstream picks it from sampling_rate")
+        rate = hift_section.get("sampling_rate", cls.__dataclass_fields__["sampling_rate"].default)
+        source = "SineGen" if rate == 22050 else "SineGen2"
+        return cls.from_dict({"hift": {**hift_section, "source": source}})
 
 
 def periodic_hann(n: int) -> torch.Tensor:
@@ -270,7 +296,7 @@ class HiFTGenerator(nn.Module):
         self.config = config
         base, stages, n_fft = config.base_channels, len(config.upsample_rates), config.n_fft
         self.num_kernels = len(config.resblock_kernel_sizes)
-        self.m_source = SourceModule(config)
+        self.m_source = SourceModule(config) if config.source == "SineGen" else SineGen2Source(config)
         self.conv_pre = nn.Conv1d(config.in_channels, base, 7, 1, padding=3)
         self.ups = nn.ModuleList(
             nn.ConvTranspose1d(base >> i, base >> (i + 1), k, u, padding=(k - u) // 2)
@@ -305,10 +331,15 @@ class HiFTGenerator(nn.Module):
     def source(self, f0: torch.Tensor, generator: torch.Generator,
                cpu_generator: torch.Generator | None = None) -> torch.Tensor:
         """f0 per frame (B, T) Hz -> the excitation (B, 1, T * samples_per_frame): nearest upsampling (the
-        same interpolation call as upstream's nn.Upsample) and the source module."""
+        same interpolation call as upstream's nn.Upsample) and the source module. SineGen2 draws everything from
+        `generator`, on every device: `cpu_generator` is SineGen's alone."""
         if f0.dim() != 2:
             raise InputError(f"HiFT takes f0 of shape (batch, frames), got {tuple(f0.shape)}")
         per_sample = F.interpolate(f0[:, None], scale_factor=float(self.config.samples_per_frame), mode="nearest")
+        if self.config.source == "SineGen2":
+            if cpu_generator is not None:
+                raise InputError("HiFT's SineGen2 source draws everything from `generator`: leave cpu_generator out")
+            return self.m_source(per_sample.transpose(1, 2), generator)
         return self.m_source(per_sample[:, 0], generator, cpu_generator)
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
@@ -354,6 +385,20 @@ class HiFTGenerator(nn.Module):
                              f"got {tuple(f0.shape)}")
         return self.decode(mel, self.source(f0, generator, cpu_generator))
 
+    def inference(self, mel: torch.Tensor, generator: torch.Generator, cache_source: torch.Tensor | None = None,
+                  cpu_generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Upstream's `inference(speech_feat, cache_source)`, as CosyVoice2Model.token2wav calls it: mel -> (wave,
+        source). The source's first samples are replaced by `cache_source` (B, 1, n) when given (the previous
+        chunk's source, so a stream keeps its phase); the draws are made first, as upstream makes them."""
+        source = self.source(self.predict_f0(mel), generator, cpu_generator)
+        if cache_source is not None and cache_source.shape[-1] != 0:
+            if cache_source.dim() != 3 or cache_source.shape[:2] != source.shape[:2] \
+                    or cache_source.shape[2] > source.shape[2]:
+                raise InputError(f"HiFT's cache_source must be (batch {source.shape[0]}, 1, at most "
+                                 f"{source.shape[2]} samples), got {tuple(cache_source.shape)}")
+            source[:, :, :cache_source.shape[2]] = cache_source
+        return self.decode(mel, source), source
+
     def _check_mel(self, mel: torch.Tensor) -> None:
         if not isinstance(mel, torch.Tensor) or mel.dim() != 3 or mel.shape[1] != self.config.in_channels \
                 or mel.shape[-1] < 1:
@@ -374,12 +419,21 @@ def weight_normed(model: HiFTGenerator) -> list[str]:
             if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)) and not name.startswith("source_downs.")]
 
 
+def _model_class(config: HiFTConfig) -> type[nn.Module]:
+    """HiFTGenerator, or hift_causal.CausalHiFTGenerator for its config (imported here: it builds on this module)."""
+    if hasattr(config, "conv_pre_look_right"):
+        from mizuoto.nn.hift_causal import CausalHiFTGenerator
+
+        return CausalHiFTGenerator
+    return HiFTGenerator
+
+
 def checkpoint_layout(config: HiFTConfig, flavour: str = "legacy") -> dict[str, tuple[int, ...]]:
     """Every tensor of an upstream HiFT state dict for `config` -> its shape, weight norm stored as
     `weight_g` / `weight_v` ("legacy") or `parametrizations.weight.original0` / `original1` ("parametrized")."""
     g_name, v_name = {"legacy": LEGACY, "parametrized": PARAMETRIZED}[flavour]
     with torch.device("meta"):
-        model = HiFTGenerator(config)
+        model = _model_class(config)(config)
     normed = set(weight_normed(model))
     layout = {}
     for key, tensor in model.state_dict().items():
@@ -401,27 +455,41 @@ def load_hift(state: Mapping[str, torch.Tensor], config: HiFTConfig = HiFTConfig
     once on `device` in float32 with torch._weight_norm(v, g, 0), as upstream's hook computes it before
     every call, then cast to `dtype`. Missing, unexpected or misshapen tensors are one CheckpointError
     naming the first; `source` names the file in it."""
-    if not isinstance(state, Mapping):
-        raise CheckpointError(f"{source} does not hold a state dict (got {type(state).__name__})")
+    if hasattr(config, "conv_pre_look_right"):
+        raise CheckpointError("a causal HiFT config (CosyVoice 3): load it with hift_causal.load_causal_hift")
     with torch.device("meta"):
         model = HiFTGenerator(config)
+    return load_weights(model, state, device, dtype, source)
+
+
+def load_weights(model: nn.Module, state: Mapping[str, torch.Tensor], device, dtype: torch.dtype, source: str,
+                 float64: str | None = None) -> nn.Module:
+    """load_hift's loading, for any HiFT built on the meta device: `model` given the tensors of `state`, folded,
+    on `device` in `dtype` (the modules under the prefix `float64` in float64 instead, their weight norm folded in
+    float64, as upstream computes them once it moves them there), in eval mode without gradients."""
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{source} does not hold a state dict (got {type(state).__name__})")
+    config = model.config
     normed = set(weight_normed(model))
     tensors: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     missing: list[str] = []
 
-    def take(key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    def take(key: str, shape: tuple[int, ...], wide: bool = False) -> torch.Tensor:
         value = state[key]
         if not isinstance(value, torch.Tensor) or not value.is_floating_point() or tuple(value.shape) != shape:
             got = f"{value.dtype} of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else \
                 type(value).__name__
             raise CheckpointError(f"{source}: {key} should be a float tensor of shape {shape}, got {got}")
         used.add(key)
-        return value.to(device=device, dtype=torch.float32)
+        value = value.to(device=device, dtype=torch.float32)  # upstream's float32 parameters hold it first
+        return value.double() if wide else value
 
     for key, meta in model.state_dict().items():
         owner = key.rpartition(".")[0]
         shape = tuple(meta.shape)
+        wide = float64 is not None and key.startswith(float64)
+        target = torch.float64 if wide else dtype
         if owner in normed and key.endswith(".weight") and key not in state:
             pair = next(((f"{owner}.{g}", f"{owner}.{v}") for g, v in (LEGACY, PARAMETRIZED)
                          if f"{owner}.{g}" in state or f"{owner}.{v}" in state), None)
@@ -431,10 +499,10 @@ def load_hift(state: Mapping[str, torch.Tensor], config: HiFTConfig = HiFTConfig
             if pair[0] not in state or pair[1] not in state:
                 missing.append(pair[0] if pair[0] not in state else pair[1])
                 continue
-            g = take(pair[0], (shape[0],) + (1,) * (len(shape) - 1))
-            tensors[key] = torch._weight_norm(take(pair[1], shape), g, 0).to(dtype)
+            g = take(pair[0], (shape[0],) + (1,) * (len(shape) - 1), wide)
+            tensors[key] = torch._weight_norm(take(pair[1], shape, wide), g, 0).to(target)
         elif key in state:
-            tensors[key] = take(key, shape).to(dtype)
+            tensors[key] = take(key, shape, wide).to(target)
         else:
             missing.append(key)
     unexpected = sorted(set(state) - used)

@@ -127,6 +127,9 @@ SETS = {s.name: s for s in (
     ReferenceSet("gpt_sovits_vocoder", None,
                  (("gpt_sovits_vocoder_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (TTS.init_vocoder: v3 BigVGAN, v4 HiFi-GAN Generator)"),
+    ReferenceSet("cosyvoice_hift", None, (("cosyvoice_hift_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (HiFTGenerator with SineGen2 for CosyVoice 2, "
+                          "CausalHiFTGenerator for CosyVoice 3)"),
     ReferenceSet("gpt_sovits_speaker", None,
                  (("gpt_sovits_speaker_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="RVC-Boss/GPT-SoVITS 48b1a01 (eres2net: kaldi.fbank, ERes2NetV2.forward3)"),
