@@ -187,6 +187,9 @@ SETS = {s.name: s for s in (
                  upstream="FunAudioLLM/CosyVoice ace7c47 with Matcha-TTS dd9105b (CausalMaskedDiffWithXvec and "
                           "CausalMaskedDiffWithDiT.inference: the Conformer encoder, the Matcha U-Net, the DiT, "
                           "CausalConditionalCFM)"),
+    ReferenceSet("cosyvoice_llm", None, (("cosyvoice_llm_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (Qwen2LM and CosyVoice3LM.inference with ras_sampling over "
+                          "transformers 4.51.3's Qwen2)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

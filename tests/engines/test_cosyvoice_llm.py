@@ -1,0 +1,194 @@
+"""CosyVoice 2's and CosyVoice 3's speech-token LMs (engines/cosyvoice/llm.py, ras.py) on the shared Qwen decoder.
+
+Against tests/parity/data/cosyvoice_llm (scripts/parity/cosyvoice_llm_references.py: upstream's Qwen2LM and
+CosyVoice3LM.inference at FunAudioLLM/CosyVoice ace7c47 over transformers 4.51.3's Qwen2, under the parity pins, a
+tiny Qwen2 at the released vocabulary filled by cosyvoice_weights.lm_state). In a pinned subprocess, per case
+(zero-shot with two seeds, a longer text, no prompt speech, no prompt at all, a one-token text that reaches max_len):
+the tokens drawn with a generator seeded as upstream seeds the global one (identical: the nucleus list's length, the
+repetition redraws, min_len's forbidden end and the stop ids all decide them), and the LM head's logits along
+upstream's tokens (bitwise; teacher-forced within TOLERANCE where the floats are not the writer's). In process:
+the sampler against upstream's algorithm written out, CosyVoice 3's silent-token rule and <|endofprompt|> check,
+the key names, one-line errors.
+"""
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fallback import Comparison  # noqa: E402
+from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
+
+from mizuoto.core.errors import InputError  # noqa: E402
+from mizuoto.engines.cosyvoice import llm, ras  # noqa: E402
+from mizuoto.nn.qwen import QwenConfig  # noqa: E402
+
+SET = "cosyvoice_llm"
+TOLERANCE = 2e-4  # the logits reach +-50 (the scaled head): spread 2e-5
+weights = parity_module("cosyvoice_weights")
+HEAD = "llm.model.lm_head.weight"  # the tied text head: never used, not loaded
+
+
+def committed() -> Path:
+    return reference_sets().SETS[SET].committed
+
+
+@functools.cache
+def info() -> dict:
+    return json.loads((committed() / "references.json").read_text())
+
+
+@functools.cache
+def inputs() -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(committed() / "references.safetensors"))
+
+
+def qwen_config(q: dict) -> QwenConfig:
+    return QwenConfig(q["hidden_size"], q["intermediate_size"], q["num_hidden_layers"], q["num_attention_heads"],
+                      q["num_key_value_heads"], q["hidden_size"] // q["num_attention_heads"], q["rope_theta"],
+                      q["rms_norm_eps"], qk_norm=False, qkv_bias=True, vocab_size=q["vocab_size"])
+
+
+def build(recorded: dict, version: str) -> llm.CosyVoiceLM:
+    model = llm.CosyVoiceLM(llm.LMConfig(int(version[2]), qwen_config(recorded["qwen"]))).eval()
+    state = weights.lm_state(recorded["entries"][version], recorded["seeds"][version], recorded["speech_tokens"])
+    model.load_state_dict(state)
+    return model
+
+
+def case_inputs(refs: dict, key: str) -> tuple:
+    return refs[f"{key}/text"], refs[f"{key}/prompt_text"], refs[f"{key}/prompt_speech"]
+
+
+def ours(folder: Path, out: Path) -> dict:
+    from safetensors.torch import load_file, save_file
+
+    refs = load_file(str(folder / "references.safetensors"))
+    recorded = json.loads((folder / "references.json").read_text())
+    results = {}
+    for version in recorded["seeds"]:
+        model = build(recorded, version)
+        for key, case in recorded["cases"].items():
+            if not key.startswith(version):
+                continue
+            ids = case_inputs(refs, key)
+            g = torch.Generator().manual_seed(case["seed"])
+            results[f"{key}/tokens"] = torch.tensor(list(model.generate(*ids, generator=g)), dtype=torch.int64)
+            forced = model.teacher_forced(model.prompt(*ids), refs[f"{key}/tokens"].tolist())
+            results[f"{key}/logits"] = forced[: case["steps"]]
+    save_file({k: v.contiguous() for k, v in results.items()}, str(out))
+    return {"saved": str(out)}
+
+
+def test_upstreams_tokens_and_logits(tmp_path, record_property):
+    from safetensors.torch import load_file
+
+    out = tmp_path / "ours.safetensors"
+    run_pinned(__file__, committed(), out)
+    comparison = Comparison.for_set(SET)
+    theirs, mine = inputs(), load_file(str(out))
+    for key in info()["cases"]:
+        comparison.teacher_forced(f"{key} LM head", mine[f"{key}/logits"], theirs[f"{key}/logits"], TOLERANCE)
+        comparison.free_running(f"{key} speech tokens", mine[f"{key}/tokens"], theirs[f"{key}/tokens"])
+    record_property("parity_mode", comparison.mode)
+    print(f"{SET} parity: {comparison.mode} ({comparison.why})", *comparison.checked, sep="\n  ")
+
+
+def test_the_set_covers_stops_max_len_both_versions_and_every_parameter():
+    recorded = info()
+    assert recorded["upstream"]["commit"].startswith("ace7c47") and not recorded["upstream"]["modified"]
+    assert recorded["environment"]["versions"]["transformers"] == "4.51.3"
+    cases = recorded["cases"]
+    for version in ("cv2", "cv3"):  # both stop on their own stop ids, after min_len (2 x text) at the earliest
+        mine = [c for k, c in cases.items() if k.startswith(version)]
+        assert any(c["stopped"] for c in mine)
+        assert all(c["tokens"] >= 2 * c["max_len"] // 20 for c in mine if version == "cv2")
+    assert any(not c["stopped"] and c["tokens"] == c["max_len"] for c in cases.values())  # the same loop's max_len
+    assert recorded["qwen"]["vocab_size"] > llm.END_OF_PROMPT and recorded["qwen"]["num_key_value_heads"] > 1
+    for version in ("cv2", "cv3"):  # our keys are llm.pt's (in the shared decoder's order), less the tied text head
+        assert sorted(build(recorded, version).state_dict()) == sorted(set(recorded["state_dict"][version]) - {HEAD})
+    assert max(recorded["spread"]["max"].values()) * 5 < TOLERANCE
+
+
+# ---------------------------------------------------------------------------------------------------
+# In process
+
+
+def upstream_ras(scores, decoded, generator, top_p=0.8, top_k=25, win_size=10, tau_r=0.1):
+    """cosyvoice/utils/common.py's ras_sampling as upstream writes it, on a given generator."""
+    prob, indices, cum = [], [], 0.0
+    values, order = scores.softmax(dim=0).sort(descending=True, stable=True)
+    for i in range(len(order)):
+        if cum < top_p and len(prob) < top_k:
+            cum += values[i]
+            prob.append(values[i])
+            indices.append(order[i])
+        else:
+            break
+    top = torch.tensor(indices)[torch.tensor(prob).multinomial(1, replacement=True, generator=generator)].item()
+    if (torch.tensor(decoded[-win_size:]) == top).sum().item() >= win_size * tau_r:
+        scores[top] = -float("inf")
+        top = scores.softmax(dim=0).multinomial(1, replacement=True, generator=generator).item()
+    return top
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0], ids=["flat", "peaked", "one-hot"])
+def test_ras_is_upstreams_algorithm_draw_for_draw(scale):
+    g = torch.Generator().manual_seed(3)
+    theirs_g, ours_g = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    decoded_theirs, decoded_ours = [], []
+    for _ in range(60):
+        scores = (torch.randn(300, generator=g) * scale).log_softmax(0)
+        a = upstream_ras(scores.clone(), decoded_theirs, theirs_g)
+        b = ras.ras(scores.clone(), decoded_ours, ras.RELEASED, ours_g)
+        assert a == b
+        decoded_theirs.append(a)
+        decoded_ours.append(b)
+    assert torch.equal(theirs_g.get_state(), ours_g.get_state())
+
+
+def test_top_p_is_compared_in_float32():
+    """torch compares a float32 sum with a Python float in float32: a sum equal to float32(0.7) is not below 0.7."""
+    p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float32)
+    params = ras.RasParams(top_p=0.7)
+    assert not bool(torch.tensor(0.0) + p[0] < 0.7)  # upstream's first running sum
+    picks = {ras.nucleus(p.log(), params, torch.Generator().manual_seed(s)) for s in range(20)}
+    assert picks == {0}  # the list stopped after the first entry
+
+
+def test_silent_tokens_after_five_in_a_row_are_dropped_for_cosyvoice_3_only():
+    stream = [1, 2, 28, 29, 55, 248, 494, 7, 2241, 2241]
+    assert list(llm.keep_silences(iter(stream), 3)) == [1, 2, 28, 29, 55, 7, 2241, 2241]
+    assert list(llm.keep_silences(iter(stream), 2)) == stream
+
+
+def test_bad_requests_are_one_line_errors():
+    recorded, refs = info(), inputs()
+    model = build(recorded, "cv3")
+    text, prompt_text, speech = case_inputs(refs, "cv3/zero_shot")
+    with pytest.raises(InputError, match="endofprompt"):
+        list(model.generate(text, prompt_text[:, :-1], speech))
+    with pytest.raises(InputError, match="one request at a time"):
+        list(model.generate(text.expand(2, -1), prompt_text, speech))
+    with pytest.raises(ValueError, match="version must be 2 or 3"):
+        llm.CosyVoiceLM(llm.LMConfig(1, qwen_config(recorded["qwen"])))
+
+
+def test_the_decoder_attends_at_the_cosyvoice_site_as_transformers_4_51():
+    assert llm.ATTENTION.name == "cosyvoice.llm" and not llm.ATTENTION.approx_ok
+    q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16)
+    got = llm.transformers_4_51_sdpa(q, k, k, None, True, None, True, 0.0)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), k.repeat_interleave(2, 1),
+                                                            is_causal=True)
+    assert torch.equal(got, want)
+
+
+if __name__ == "__main__":  # the pinned subprocess
+    print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
