@@ -121,6 +121,7 @@ class FlowConfig:
     encoder: EncoderConfig | None = None
     unet: UNetConfig | None = None
     dit: DiTConfig | None = None
+    cfg_rate: float = CFG_RATE  # the CFM's inference_cfg_rate
 
 
 class Flow(nn.Module):
@@ -141,7 +142,7 @@ class Flow(nn.Module):
             estimator = DiT(config.dit or DiTConfig())
         else:
             raise ValueError(f"CosyVoice flow version must be 2 or 3, got {config.version}")
-        self.decoder = CausalConditionalCFM(estimator)
+        self.decoder = CausalConditionalCFM(estimator, config.cfg_rate)
 
     def condition(self, token, token_len, prompt_token, prompt_token_len, embedding, finalize: bool,
                   streaming: bool):
