@@ -21,16 +21,16 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cosyvoice_parts  # noqa: E402
 from fallback import Comparison  # noqa: E402
-from helpers import EmulatedGraphs, HostReads, parity_module, reference_sets, run_pinned  # noqa: E402
+from helpers import EmulatedGraphs, HostReads, reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.engines.cosyvoice import dit, flow, masks, unet  # noqa: E402
-from mizuoto.engines.cosyvoice.conformer import EncoderConfig  # noqa: E402
 
 SET = "cosyvoice_flow"
 TOLERANCE = 1e-4
-weights = parity_module("cosyvoice_weights")
+weights = cosyvoice_parts.weights
 ESTIMATOR_INPUTS = ("x", "mask", "mu", "t", "spks", "cond")
 
 
@@ -50,38 +50,8 @@ def inputs() -> dict:
     return load_file(str(committed() / "references.safetensors"))
 
 
-def unet_config(recorded: dict) -> unet.UNetConfig:
-    c = recorded
-    return unet.UNetConfig(c["in_channels"], c["out_channels"], tuple(c["channels"]), c["attention_head_dim"],
-                           c["n_blocks"], c["num_mid_blocks"], c["num_heads"], c["static_chunk_size"])
-
-
-def configs(recorded: dict) -> dict:
-    c = recorded["configs"]
-    encoder = EncoderConfig(c["encoder"]["output_size"], c["encoder"]["attention_heads"],
-                            c["encoder"]["linear_units"], c["encoder"]["num_blocks"],
-                            static_chunk_size=c["encoder"]["static_chunk_size"])
-    d = c["dit"]
-    return {
-        "cv2": flow.FlowConfig(2, encoder=encoder, unet=unet_config(c["unet"])),
-        "cv3": flow.FlowConfig(3, input_size=c["lookahead"]["in_channels"],
-                               pre_lookahead_channels=c["lookahead"]["channels"],
-                               dit=dit.DiTConfig(d["dim"], d["depth"], d["heads"], d["dim_head"], d["ff_mult"],
-                                                 d["mel_dim"], d["mu_dim"], d["spk_dim"], d["static_chunk_size"])),
-    }
-
-
 def build(recorded: dict, refs: dict) -> dict:
-    """Ours with the set's parameters and upstream's buffers (a flow.pt carries the DiT's inv_freq)."""
-    cfg = configs(recorded)
-    models = {"cv2": flow.Flow(cfg["cv2"]), "cv3": flow.Flow(cfg["cv3"]),
-              "unet2": unet.CausalConditionalDecoder(unet_config(recorded["configs"]["unet_two_levels"]))}
-    for name, model in models.items():
-        state = weights.state(recorded["entries"][name], recorded["seeds"][name])
-        state.update({b: refs[f"{name}/buffer/{b}"] for b in recorded["buffers"][name]})
-        model.load_state_dict(state)
-        model.eval()
-    return models
+    return cosyvoice_parts.flows(recorded, refs)
 
 
 def estimator(models: dict, name: str):

@@ -21,16 +21,15 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cosyvoice_parts  # noqa: E402
 from fallback import Comparison  # noqa: E402
-from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
+from helpers import reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.engines.cosyvoice import llm, ras  # noqa: E402
-from mizuoto.nn.qwen import QwenConfig  # noqa: E402
 
 SET = "cosyvoice_llm"
 TOLERANCE = 2e-4  # the logits reach +-50 (the scaled head): spread 2e-5
-weights = parity_module("cosyvoice_weights")
 HEAD = "llm.model.lm_head.weight"  # the tied text head: never used, not loaded
 
 
@@ -50,17 +49,8 @@ def inputs() -> dict:
     return load_file(str(committed() / "references.safetensors"))
 
 
-def qwen_config(q: dict) -> QwenConfig:
-    return QwenConfig(q["hidden_size"], q["intermediate_size"], q["num_hidden_layers"], q["num_attention_heads"],
-                      q["num_key_value_heads"], q["hidden_size"] // q["num_attention_heads"], q["rope_theta"],
-                      q["rms_norm_eps"], qk_norm=False, qkv_bias=True, vocab_size=q["vocab_size"])
-
-
 def build(recorded: dict, version: str) -> llm.CosyVoiceLM:
-    model = llm.CosyVoiceLM(llm.LMConfig(int(version[2]), qwen_config(recorded["qwen"]))).eval()
-    state = weights.lm_state(recorded["entries"][version], recorded["seeds"][version], recorded["speech_tokens"])
-    model.load_state_dict(state)
-    return model
+    return cosyvoice_parts.lm(recorded, version)
 
 
 def case_inputs(refs: dict, key: str) -> tuple:
@@ -178,7 +168,7 @@ def test_bad_requests_are_one_line_errors():
     with pytest.raises(InputError, match="one request at a time"):
         list(model.generate(text.expand(2, -1), prompt_text, speech))
     with pytest.raises(ValueError, match="version must be 2 or 3"):
-        llm.CosyVoiceLM(llm.LMConfig(1, qwen_config(recorded["qwen"])))
+        llm.CosyVoiceLM(llm.LMConfig(1, cosyvoice_parts.qwen_config(recorded["qwen"])))
 
 
 def test_the_decoder_attends_at_the_cosyvoice_site_as_transformers_4_51():

@@ -29,6 +29,7 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cosyvoice_parts  # noqa: E402
 from fallback import Comparison  # noqa: E402
 from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
 
@@ -52,24 +53,7 @@ def info() -> dict:
     return json.loads((committed() / "references.json").read_text())
 
 
-def config_of(entry: dict):
-    section = {**entry["hift"], "f0_predictor": entry["f0_predictor"]}
-    if entry["class"] == "CausalHiFTGenerator":
-        return hift_causal.CausalHiFTConfig.from_cosyvoice(section)
-    return hift.HiFTConfig.from_cosyvoice(section)
-
-
-def build(entry: dict):
-    """Ours for a recorded configuration -> (model, three draws once the causal source module is built, or None)."""
-    config = config_of(entry)
-    layout = {k: tuple(v) for k, v in entry["layout"].items()}
-    state = hift_state(layout, entry["weights_seed"], entry["post_gain"])
-    if entry["class"] != "CausalHiFTGenerator":
-        return hift.load_hift(state, config), None
-    g = torch.Generator().manual_seed(entry["seed"])
-    hift_causal.predictor_init_draws(g, config.f0_predictor)
-    noise = hift_sine2.CausalNoise.capture(g)
-    return hift_causal.load_causal_hift(state, config, noise=noise), torch.rand(3, generator=g)
+config_of, build = cosyvoice_parts.hift_config, cosyvoice_parts.vocoder
 
 
 def diff(ours: torch.Tensor, theirs: torch.Tensor):
