@@ -190,6 +190,9 @@ SETS = {s.name: s for s in (
     ReferenceSet("cosyvoice_llm", None, (("cosyvoice_llm_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (Qwen2LM and CosyVoice3LM.inference with ras_sampling over "
                           "transformers 4.51.3's Qwen2)"),
+    ReferenceSet("cosyvoice_model", None, (("cosyvoice_model_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Model and CosyVoice3Model.tts(stream=False): the "
+                          "LM in its thread, then token2wav with speed)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
