@@ -35,7 +35,8 @@ from fallback import Comparison  # noqa: E402
 from helpers import reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import CheckpointError, InputError  # noqa: E402
-from mizuoto.engines.gpt_sovits.frontend import g2pw_model, onnx_weights  # noqa: E402
+from mizuoto.engines.gpt_sovits.frontend import g2pw_model  # noqa: E402
+from mizuoto.nn import onnx_weights  # noqa: E402
 
 SET = "gpt_sovits_g2pw"
 ORT_TOLERANCE = 1e-5  # onnxruntime vs torch kernels (measured 5.4e-7)

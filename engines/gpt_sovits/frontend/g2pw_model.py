@@ -47,9 +47,9 @@ from torch import nn
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.bert import Bert, BertConfig, eager_attention
+from mizuoto.nn.onnx_weights import OnnxModel, read_onnx
 
 from ..checkpoint import mismatch
-from .onnx_weights import OnnxModel, read_onnx
 
 INPUTS = ("input_ids", "token_type_ids", "attention_mask", "phoneme_mask", "char_ids", "position_ids")
 EPS = 1e-6  # _weighted_softmax's clamp (forward's default eps; predict() never passes another)
