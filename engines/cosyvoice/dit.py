@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mizuoto.nn.f5_dit import AdaLayerNormFinal, DiTBlock, RotaryEmbedding, TimestepEmbedding
+from mizuoto.nn.f5_dit import AdaLayerNormFinal, MaskedDiTBlock, RotaryEmbedding, TimestepEmbedding
 from mizuoto.runtime import accel
 from mizuoto.runtime.graphs import Graphs, LayerSteps
 
@@ -71,24 +71,6 @@ class InputEmbedding(nn.Module):
         return self.conv_pos_embed(x) + x
 
 
-class Block(DiTBlock):
-    """The shared DiTBlock with upstream's mask: the attention gets the boolean mask, and its projected output is
-    zeroed where the mask's last row is False, before the gated residual."""
-
-    def before(self, state, pos):
-        cos, sin, hidden = pos
-        q, k, v, residual = super().before(state, (cos, sin))
-        return q, k, v, (residual, hidden)
-
-    def attend(self, q, k, v, index):
-        mask, mask_info = index
-        return self.attn.attend(q, k, v, mask, mask_info)
-
-    def after(self, a, residual):
-        residual, hidden = residual
-        return self.feed_forward(self.attn.to_out[0](a).masked_fill(hidden, 0.0), residual)
-
-
 class DiT(nn.Module):
     def __init__(self, config: DiTConfig = DiTConfig()):
         super().__init__()
@@ -98,7 +80,7 @@ class DiT(nn.Module):
         self.rotary_embed = RotaryEmbedding(config.dim_head)
         # rotated_heads=1: upstream rotates the first dim_head channels of the unsplit projections, i.e. head 0
         self.transformer_blocks = nn.ModuleList(
-            Block(config.dim, config.heads, config.dim_head, config.ff_mult, ATTENTION, rotated_heads=1)
+            MaskedDiTBlock(config.dim, config.heads, config.dim_head, config.ff_mult, ATTENTION, rotated_heads=1)
             for _ in range(config.depth))
         self.norm_out = AdaLayerNormFinal(config.dim)
         self.proj_out = nn.Linear(config.dim, config.mel_dim)

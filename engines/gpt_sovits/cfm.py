@@ -51,8 +51,8 @@ from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.f5_dit import (
     AdaLayerNormFinal,
     ConvNeXtV2Block,
-    DiTBlock,
     InputEmbedding,
+    MaskedDiTBlock,
     RotaryEmbedding,
     TimestepEmbedding,
     sinusoidal_table,
@@ -107,24 +107,6 @@ class TextEmbedding(nn.Module):
         return text
 
 
-class Block(DiTBlock):
-    """The shared DiTBlock with upstream's key-padding mask: the attention gets the dense mask (and its
-    structure), and its projected output is zeroed on padded frames before the gated residual."""
-
-    def before(self, state, pos):
-        cos, sin, padded = pos
-        q, k, v, residual = super().before(state, (cos, sin))
-        return q, k, v, (residual, padded)
-
-    def attend(self, q, k, v, index):
-        mask, mask_info = index
-        return self.attn.attend(q, k, v, mask, mask_info)
-
-    def after(self, a, residual):
-        residual, padded = residual
-        return self.feed_forward(self.attn.to_out[0](a).masked_fill(padded, 0.0), residual)
-
-
 class DiT(nn.Module):
     """GPT-SoVITS's DiT (the CFM's estimator), upstream's module names."""
 
@@ -138,7 +120,7 @@ class DiT(nn.Module):
         self.rotary_embed = RotaryEmbedding(config.dim_head)
         # rotated_heads=1: upstream rotates the first dim_head channels of the unsplit projections, i.e. head 0
         self.transformer_blocks = nn.ModuleList(
-            Block(config.dim, config.heads, config.dim_head, config.ff_mult, ATTENTION, rotated_heads=1)
+            MaskedDiTBlock(config.dim, config.heads, config.dim_head, config.ff_mult, ATTENTION, rotated_heads=1)
             for _ in range(config.depth))
         self.norm_out = AdaLayerNormFinal(config.dim)
         self.proj_out = nn.Linear(config.dim, config.mel_dim)

@@ -12,10 +12,12 @@ Module and parameter names are upstream's (both copies use the same), so checkpo
 A `DiTBlock` is split at its attention call (before -> attend -> after) for runtime.graphs.LayerSteps; the
 attention goes through the accel site its engine declares and passes in.
 
-What differs between the two upstreams stays with the engines: F5-TTS's text encoder embeds character ids and
-masks its filler, rotates every head or the first N after the head split (pe_attn_head); GPT-SoVITS's encodes
-continuous features, rotates before the split (head 0 only: rotated_heads=1 here), masks padded keys and zeroes
-the attention output of padded frames, and adds a step-size embedding to the time embedding.
+MaskedDiTBlock is the block under a mask that GPT-SoVITS and CosyVoice 3 both run. What differs between the
+upstreams stays with the engines: F5-TTS's text encoder embeds character ids and masks its filler, rotates every
+head or the first N after the head split (pe_attn_head); GPT-SoVITS's encodes continuous features, rotates before
+the split (head 0 only: rotated_heads=1 here), masks padded keys and zeroes the attention output of padded frames,
+and adds a step-size embedding to the time embedding; CosyVoice 3's embeds mu and the speaker with causal position
+convolutions.
 """
 
 from __future__ import annotations
@@ -276,3 +278,22 @@ class DiTBlock(nn.Module):
         x = x + gate.unsqueeze(1) * attended
         h = self.ff_norm(x) * (1 + scale_ff[:, None]) + shift_ff[:, None]
         return x + gate_ff.unsqueeze(1) * self.ff(h), t
+
+
+class MaskedDiTBlock(DiTBlock):
+    """A DiTBlock under a mask, as GPT-SoVITS' and CosyVoice 3's copies run it: `pos` is (cos, sin, hidden frames
+    (B, T, 1) True where the output is zeroed), `index` is (the mask attention takes, its MaskInfo); the projected
+    attention output is zeroed on the hidden frames before the gated residual."""
+
+    def before(self, state, pos):
+        cos, sin, hidden = pos
+        q, k, v, residual = super().before(state, (cos, sin))
+        return q, k, v, (residual, hidden)
+
+    def attend(self, q, k, v, index):
+        mask, mask_info = index
+        return self.attn.attend(q, k, v, mask, mask_info)
+
+    def after(self, a, residual):
+        residual, hidden = residual
+        return self.feed_forward(self.attn.to_out[0](a).masked_fill(hidden, 0.0), residual)
