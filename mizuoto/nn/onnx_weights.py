@@ -4,9 +4,10 @@ weights of an exported network onto a module of ours.
 
 Shared by the engines whose upstream runs an ONNX file through onnxruntime where we run our own module: GPT-SoVITS
 (RVC-Boss/GPT-SoVITS @48b1a01, text/g2pw/onnx_api.py: G2PW's `g2pW.onnx`) and CosyVoice (its speech tokenizers
-`speech_tokenizer_v2.onnx` / `_v3.onnx`: mizuoto/nn/s3_tokenizer_weights.py). We only read the file. An ONNX file is a protobuf `ModelProto` (onnx/onnx.proto, read, not copied: the field numbers
-below are the format's). Protobuf is a list of (field number, wire type, value) records; this reader decodes the
-few messages it needs and skips every other field, so newer files with fields it does not know still read.
+`speech_tokenizer_v2.onnx` / `_v3.onnx`: mizuoto/nn/s3_tokenizer_weights.py). We only read the file. An ONNX
+file is a protobuf `ModelProto` (onnx/onnx.proto, read, not copied: the field numbers below are the format's).
+Protobuf is a list of (field number, wire type, value) records; this reader decodes the few messages it needs and
+skips every other field, so newer files with fields it does not know still read.
 
 Weights are read from `raw_data` (what every exporter writes for large tensors) or the typed fields (`float_data`,
 `int64_data`, ...: small constants). Weights kept in external files are refused in one line.
