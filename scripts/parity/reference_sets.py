@@ -99,6 +99,8 @@ SETS = {s.name: s for s in (
     ReferenceSet("nn/s2mel", "seedvc", (("seedvc_s2mel_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (the s2mel DiT, WaveNet, length regulator and CFM)"),
     ReferenceSet("nn/rmvpe", "seedvc", (("seedvc_rmvpe_references.py", OUT),), upstream="seed-vc 0.4.3 (RMVPE)"),
+    ReferenceSet("nn/s3tokenizer", "cosyvoice", (("s3tokenizer_references.py", OUT),),
+                 upstream="s3tokenizer 0.3.0 (S3TokenizerV2/V3, CosyVoice's speech tokenizers)"),
     ReferenceSet("seedvc", "seedvc", (("seedvc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice, v1 offline)"),
     ReferenceSet("seedvc_realtime", "seedvc", (("seedvc_realtime_references.py", OUT),),
