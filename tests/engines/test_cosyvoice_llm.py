@@ -180,5 +180,17 @@ def test_the_decoder_attends_at_the_cosyvoice_site_as_transformers_4_51():
     assert torch.equal(got, want)
 
 
+
+def test_in_process_the_lm_decodes_at_its_site_close_to_upstreams_logits():
+    """Unpinned, in this process: the decoder runs at the cosyvoice.llm site and its logits along upstream's tokens
+    are near upstream's (the pinned comparison above is the exact one)."""
+    recorded, refs = info(), inputs()
+    key = "cv2/short_text"
+    model = build(recorded, "cv2")
+    lm_input = model.prompt(*case_inputs(refs, key))
+    forced = model.teacher_forced(lm_input, refs[f"{key}/tokens"].tolist())[: recorded["cases"][key]["steps"]]
+    torch.testing.assert_close(forced, refs[f"{key}/logits"], rtol=0, atol=1e-3)
+    assert len(list(model.generate(*case_inputs(refs, key), generator=torch.Generator().manual_seed(0)))) >= 1
+
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
