@@ -19,6 +19,7 @@ from mizuoto.core.errors import InputError
 
 from .flow import Flow
 from .llm import CosyVoiceLM, keep_silences
+from .ras import RELEASED, RasParams
 
 
 class CosyVoiceModel:
@@ -30,9 +31,9 @@ class CosyVoiceModel:
         self.lm, self.flow, self.hift = lm, flow, hift
 
     def speech_tokens(self, text, prompt_text, llm_prompt_speech_token, *, generator=None,
-                      before_step: Callable[[], None] | None = None) -> list[int]:
+                      before_step: Callable[[], None] | None = None, params: RasParams = RELEASED) -> list[int]:
         tokens = self.lm.generate(text, prompt_text, llm_prompt_speech_token, generator=generator,
-                                  before_step=before_step)
+                                  before_step=before_step, params=params)
         return list(keep_silences(tokens, self.version))
 
     @torch.inference_mode()

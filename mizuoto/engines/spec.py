@@ -58,7 +58,8 @@ class Reference:
     transcript: bool = False  # whether the engine reads the reference's transcript
     help: str = "a recording of the voice to speak with"
     channels: bool = False  # the engine takes every channel (it mixes them down itself, as its upstream)
-    # the speak parameter that leaves the transcript unread: "name" (a bool, when on) or "name=value"
+    # the speak parameter that leaves the transcript unread: "name" (a bool, when on), "name=value" or
+    # "name=value|other" (any of the values)
     transcript_unused_with: str | None = None
     # further recordings of the same voice the engine can take beside it (their timbre only; GPT-SoVITS averages them)
     extra: int = 0
@@ -69,7 +70,7 @@ class Reference:
         if not self.transcript_unused_with:
             return True
         name, is_value, value = self.transcript_unused_with.partition("=")
-        unused = str(params.get(name)) == value if is_value else bool(params.get(name))
+        unused = str(params.get(name)) in value.split("|") if is_value else bool(params.get(name))
         return not unused
 
     def check(self, waveform, sample_rate: int):
