@@ -4,6 +4,8 @@ Shared by the sets' tests so that each part is rebuilt one way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from helpers import parity_module
 
