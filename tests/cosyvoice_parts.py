@@ -84,29 +84,7 @@ def vocoder(entry: dict):
     return hift_causal.load_causal_hift(state, config, noise=noise), torch.rand(3, generator=g)
 
 
-def hift_file(entry: dict) -> dict:
-    """A recorded HiFT recipe's hift.pt: its tensors in upstream's names (weight norm as parametrizations)."""
-    layout = {k: tuple(v) for k, v in entry["layout"].items()}
-    return hift_state(layout, entry["weights_seed"], entry["post_gain"])
-
-
 def release_parts(sets: Path, version: str) -> dict:
-    """The tiny release of `version` ("cv2" / "cv3") from the committed sets under `sets` (the flows of cosyvoice_flow,
-    the LMs of cosyvoice_llm, cosyvoice_model's 80-band HiFTs): the yaml text and the three state dicts, as
-    scripts/parity/cosyvoice_release.py writes them."""
-    import json
-
-    from safetensors.torch import load_file
-
-    release = parity_module("cosyvoice_release")
-    flow_info = json.loads((sets / "cosyvoice_flow" / "references.json").read_text())
-    flow_refs = load_file(str(sets / "cosyvoice_flow" / "references.safetensors"))
-    llm_info = json.loads((sets / "cosyvoice_llm" / "references.json").read_text())
-    model_info = json.loads((sets / "cosyvoice_model" / "references.json").read_text())
-    flow_state = weights.state(flow_info["entries"][version], flow_info["seeds"][version])
-    flow_state.update({b: flow_refs[f"{version}/buffer/{b}"] for b in flow_info["buffers"][version]})
-    lm_state = weights.lm_state(llm_info["entries"][version], llm_info["seeds"][version], llm_info["speech_tokens"])
-    lm_state["llm.model.lm_head.weight"] = lm_state["llm.model.model.embed_tokens.weight"]  # tied, as released
-    qwen = llm_info["qwen"]
-    return {"yaml": release.yaml_text(version, flow_info["configs"], model_info["hift"][version], qwen),
-            "llm": lm_state, "flow": flow_state, "hift": hift_file(model_info["hift"][version]), "qwen": qwen}
+    """The tiny release of `version` ("cv2" / "cv3") from the committed sets under `sets`, as
+    scripts/parity/cosyvoice_release.py writes it for upstream."""
+    return parity_module("cosyvoice_release").parts_from_sets(sets, version)

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cosyvoice_weights  # noqa: E402
+from seedvc_weights import hift_state  # noqa: E402
 
 YAML_NAME = {"cv2": "cosyvoice2.yaml", "cv3": "cosyvoice3.yaml"}
 TOKENIZER_ONNX = {"cv2": "speech_tokenizer_v2.onnx", "cv3": "speech_tokenizer_v3.onnx"}
@@ -220,3 +225,26 @@ def write_release(folder: Path, version: str, *, yaml: str, llm: dict, flow: dic
             shutil.copyfile(path, blank / path.name)
     (blank / "config.json").write_text(json.dumps(qwen_config_json(qwen), indent=1), encoding="utf-8")
     return folder
+
+
+def parts_from_sets(sets: Path, version: str) -> dict:
+    """The release of `version` ("cv2" / "cv3") from the committed sets under `sets` (tests/parity/data): the flow of
+    cosyvoice_flow, the LM of cosyvoice_llm and cosyvoice_model's 80-band HiFT, each from its recorded names, shapes
+    and seeds (the flow's buffers as recorded). -> the yaml text, the three state dicts and the Qwen2 config."""
+    from safetensors.torch import load_file
+
+    sets = Path(sets)
+    flow_info = json.loads((sets / "cosyvoice_flow" / "references.json").read_text())
+    flow_refs = load_file(str(sets / "cosyvoice_flow" / "references.safetensors"))
+    llm_info = json.loads((sets / "cosyvoice_llm" / "references.json").read_text())
+    hift_entry = json.loads((sets / "cosyvoice_model" / "references.json").read_text())["hift"][version]
+    flow = cosyvoice_weights.state(flow_info["entries"][version], flow_info["seeds"][version])
+    flow.update({b: flow_refs[f"{version}/buffer/{b}"] for b in flow_info["buffers"][version]})
+    llm = cosyvoice_weights.lm_state(llm_info["entries"][version], llm_info["seeds"][version],
+                                     llm_info["speech_tokens"])
+    llm["llm.model.lm_head.weight"] = llm["llm.model.model.embed_tokens.weight"]  # tied, as released
+    layout = {k: tuple(v) for k, v in hift_entry["layout"].items()}
+    hift = hift_state(layout, hift_entry["weights_seed"], hift_entry["post_gain"])
+    qwen = llm_info["qwen"]
+    return {"yaml": yaml_text(version, flow_info["configs"], hift_entry, qwen), "llm": llm, "flow": flow,
+            "hift": hift, "qwen": qwen}

@@ -9,7 +9,9 @@
 # DiT's rotary embedding), conformer 0.3.2, inflect 7.3.1, HyperPyYAML 1.2.3 (the yaml), omegaconf 2.3.0, wetext
 # 0.0.4 (the text normaliser without ttsfrd) over kaldifst, numpy 1.26.4. torchaudio 2.11.1 is imported by
 # upstream's modules but its compiled libraries do not load beside this torch: they are removed, which leaves
-# its pure-Python parts (compliance.kaldi.fbank) working (ENGINES.md §1).
+# its pure-Python parts (compliance.kaldi.fbank) working (ENGINES.md §1). The frontend's whisper.log_mel_spectrogram
+# comes from openai-whisper 20250625 (CosyVoice pins 20231117, whose sdist no longer builds; the function is the
+# same code in both).
 set -euo pipefail
 VENV=${1:-${VENV:-.venv-cosyvoice-upstream}}
 rm -rf "$VENV"
@@ -53,6 +55,7 @@ numpy==1.26.4
 omegaconf==2.3.0
 onnx==1.23.2
 onnxruntime==1.32.0
+openai-whisper==20250625
 packaging==26.4
 pillow==13.0.0
 platformdirs==4.14.9
@@ -84,4 +87,4 @@ x-transformers==2.11.24
 zipp==4.1.2
 PINS
 rm -f "$VENV"/lib/python3*/site-packages/torchaudio/lib/*.so
-"$VENV/bin/python" -c "import transformers, diffusers.models.attention, x_transformers, conformer, s3tokenizer, torchaudio.compliance.kaldi"
+"$VENV/bin/python" -c "import transformers, diffusers.models.attention, x_transformers, conformer, s3tokenizer, torchaudio.compliance.kaldi, whisper"
