@@ -199,6 +199,11 @@ SETS = {s.name: s for s in (
     ReferenceSet("cosyvoice_model", None, (("cosyvoice_model_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Model and CosyVoice3Model.tts(stream=False): the "
                           "LM in its thread, then token2wav with speed)"),
+    ReferenceSet("cosyvoice_text", None, (("cosyvoice_text_references.py", OUT, "--checkout", CHECKOUT),),
+                 floats=False,
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Tokenizer and CosyVoice3Tokenizer over "
+                          "transformers 4.51.3, CosyVoiceFrontEnd.text_normalize and frontend_utils with inflect "
+                          "7.3.1; strings and integers)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}
