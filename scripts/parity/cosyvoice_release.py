@@ -248,3 +248,23 @@ def parts_from_sets(sets: Path, version: str) -> dict:
     qwen = llm_info["qwen"]
     return {"yaml": yaml_text(version, flow_info["configs"], hift_entry, qwen), "llm": llm, "flow": flow,
             "hift": hift, "qwen": qwen}
+
+
+def tokenizer_folder(sets: Path, folder: Path, clean_up: bool = False) -> Path:
+    """The tiny CosyVoice-BlankEN tokenizer upstream read when cosyvoice_text was written, rebuilt from that set
+    (its core files; the vocabulary padded with the recorded filler up to the first special id, 151643, as the
+    released numbering has it): vocab.json, merges.txt, tokenizer_config.json."""
+    text_set = Path(sets) / "cosyvoice_text"
+    spec = json.loads((text_set / "golden" / "cosyvoice_text.json").read_text(encoding="utf-8"))["folder"]
+    core = text_set / "blanken"
+    vocab = json.loads((core / "vocab_core.json").read_text(encoding="utf-8"))
+    vocab.update({spec["filler"].format(i): i for i in range(len(vocab), spec["first_special"])})
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+    (folder / "merges.txt").write_bytes((core / "merges.txt").read_bytes())
+    config = (core / "tokenizer_config.json").read_text(encoding="utf-8")
+    if clean_up:
+        config = config.replace('"clean_up_tokenization_spaces": false', '"clean_up_tokenization_spaces": true')
+    (folder / "tokenizer_config.json").write_text(config, encoding="utf-8")
+    return folder

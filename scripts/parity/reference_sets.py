@@ -204,6 +204,11 @@ SETS = {s.name: s for s in (
                  upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Tokenizer and CosyVoice3Tokenizer over "
                           "transformers 4.51.3, CosyVoiceFrontEnd.text_normalize and frontend_utils with inflect "
                           "7.3.1; strings and integers)"),
+    ReferenceSet("cosyvoice_e2e", None, (("cosyvoice_e2e_references.py", OUT, "--checkout", CHECKOUT),),
+                 needs=("mizuoto/nn/campplus.py",),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2 and CosyVoice3 from a tiny release folder: "
+                          "inference_zero_shot, _cross_lingual, _instruct2, _sft and add_zero_shot_spk with "
+                          "stream=False, CosyVoiceFrontEnd over onnxruntime)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

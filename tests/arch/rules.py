@@ -564,7 +564,8 @@ def check_audio_io_in_audio(root: Path) -> list[str]:
 # (issue 23, DESIGN 2): never on the host layer above it, the registry, the node layer or another engine.
 
 ENGINES_DIR = "engines"
-ENGINE_MAY_IMPORT = ("mizuoto.runtime", "mizuoto.nn", "mizuoto.audio", "mizuoto.core", "mizuoto.engines.spec")
+ENGINE_MAY_IMPORT = ("mizuoto.runtime", "mizuoto.nn", "mizuoto.audio", "mizuoto.text", "mizuoto.core",
+                     "mizuoto.engines.spec")
 
 
 def check_engines_stand_on_the_runtime(root: Path) -> list[str]:

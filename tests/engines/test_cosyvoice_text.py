@@ -11,7 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
-from helpers import reference_sets
+from helpers import parity_module, reference_sets
 
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.engines.cosyvoice import text as cvtext
@@ -31,19 +31,8 @@ def golden() -> dict:
 
 
 def build_folder(golden: dict, folder: Path, clean_up: bool = False) -> Path:
-    """The folder upstream read: the stored core, its vocabulary padded with the recorded filler up to the first
-    special id (the writer's full_folder, which the sha256 below pins)."""
-    core, spec = _set() / "blanken", golden["folder"]
-    vocab = json.loads((core / "vocab_core.json").read_text(encoding="utf-8"))
-    vocab.update({spec["filler"].format(i): i for i in range(len(vocab), spec["first_special"])})
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-    (folder / "merges.txt").write_bytes((core / "merges.txt").read_bytes())
-    config = (core / "tokenizer_config.json").read_text(encoding="utf-8")
-    if clean_up:
-        config = config.replace('"clean_up_tokenization_spaces": false', '"clean_up_tokenization_spaces": true')
-    (folder / "tokenizer_config.json").write_text(config, encoding="utf-8")
-    return folder
+    """The folder upstream read (cosyvoice_release.tokenizer_folder; the sha256 below pins it)."""
+    return parity_module("cosyvoice_release").tokenizer_folder(_set().parent, folder, clean_up)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_settings_file_option(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--engine", "nope"], "unknown engine 'nope'; available engines: dummy"),
+    (["--engine", "nope"], "unknown engine 'nope'; available engines: cosyvoice, dummy"),
     (["--engine", "dummy", "--policy", "turbo"], "unknown attention policy 'turbo'"),
     (["--engine", "dummy", "--model", "/nonexistent/m.safetensors"], "does not exist"),
     (["--engine", "dummy", "--seed", "-4"], "seed must be an integer"),

@@ -38,7 +38,8 @@ def widgets(cls):
     return {**types.get("required", {}), **types.get("optional", {})}
 
 
-NODES = {"MizuotoDummyLoader", "MizuotoDummySpeak", "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
+NODES = {"MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak", "MizuotoDummyLoader", "MizuotoDummySpeak",
+         "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
          "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
          "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak", "MizuotoSeedVCLoader",
          "MizuotoSeedVCConvert", "MizuotoGPTSoVITSLoader", "MizuotoGPTSoVITSSpeak"}

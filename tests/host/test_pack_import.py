@@ -55,7 +55,8 @@ def test_pack_adds_only_mizuoto(repo, tmp_path):
     assert result["nodes_is_host"]
     assert result["top_level_added"] == sorted(["ComfyUI-Mizuoto_test pack", "mizuoto"])
     assert not result["pack_on_sys_path"]
-    assert result["mappings"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
+    assert result["mappings"] == ["MizuotoAccelPolicy", "MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak",
+                                  "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
                                   "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoGPTSoVITSLoader",
                                   "MizuotoGPTSoVITSSpeak", "MizuotoQwen3TTSLoader",
                                   "MizuotoQwen3TTSSpeak", "MizuotoSeedVCConvert", "MizuotoSeedVCLoader",

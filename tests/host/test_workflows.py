@@ -37,6 +37,7 @@ API = WORKFLOWS / "api"
 # examples. The template browser shows nothing of a custom node's template but its file name: the name is the
 # card's title and, with "-" and "_" turned into spaces, its description; the thumbnail is the same name + ".jpg".
 TEMPLATES = {
+    "cosyvoice": "CosyVoice - speak in the voice of a reference recording",
     "dummy": "Dummy - hum a sentence with the built-in test model, nothing to download",
     "f5tts": "F5-TTS - speak in the voice of a reference recording",
     "gpt_sovits": "GPT-SoVITS - speak Chinese and English in the voice of a reference recording",

@@ -1,0 +1,266 @@
+"""Loading and speaking for the CosyVoice engine: upstream's CosyVoice2 / CosyVoice3 classes (cosyvoice/cli/
+cosyvoice.py and frontend.py) with `stream=False`.
+
+    text ─ normalize + split (text.py) ─ per fragment ┐
+    reference ─ mel 24 kHz, S3 tokens, CAM++ ─────────┼ LM (speech tokens) ─ flow (mel) ─ HiFT ─ 24 kHz
+      (or a saved speaker of spk2info.pt)             ┘
+
+The modes are upstream's methods: zero_shot = inference_zero_shot (the prompt text and prompt speech tokens lead
+the LM), cross_lingual = inference_cross_lingual (the LM gets neither), instruct = inference_instruct2 (the LM gets
+the instruction instead of the transcript, no prompt speech); a speaker of spk2info.pt with only an embedding is
+inference_sft. A zero-shot speaker saved by upstream's add_zero_shot_spk stands for the recording and its
+transcript; in instruct mode the instruction is its prompt text (upstream's frontend_instruct2 would keep the saved
+transcript and drop the instruction). Each fragment of the normalised text is one upstream request; the fragments'
+waves are joined.
+
+CosyVoice 3 asserts that the LM's text holds <|endofprompt|>: where the text the user gives has none, the
+`system_prompt` and that token are put before the prompt text (zero_shot), before each fragment (cross_lingual)
+or around the instruction (instruct), as upstream's examples write them. Each request is then exactly upstream's
+call with those strings: a fragment that carries the token is not normalised again (upstream skips the frontend
+for text holding '<|' and '|>').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from mizuoto.core.errors import InputError
+from mizuoto.core.options import RuntimeOptions
+from mizuoto.runtime.context import RequestContext
+from mizuoto.runtime.handles import ModelHandle
+
+from . import checkpoint, stream
+from .model import CosyVoiceModel
+from .ras import RasParams
+from .reference import PromptSpeech, prompt_speech
+from .text import normalize
+from .tokenizer import CosyVoiceTokenizer
+
+END_OF_PROMPT = "<|endofprompt|>"
+
+
+@dataclass
+class CosyVoiceLoaded:
+    version: int
+    model: CosyVoiceModel
+    tokenizer: CosyVoiceTokenizer
+    speech_tokenizer: nn.Module
+    campplus: nn.Module
+    speakers: dict
+    sampling: RasParams
+    sample_rate: int
+    source: str
+    handle: ModelHandle
+    options: RuntimeOptions
+
+    @property
+    def device(self) -> torch.device:
+        return self.handle.device
+
+
+def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
+         options: RuntimeOptions) -> CosyVoiceLoaded:
+    if source is None:
+        raise InputError("CosyVoice needs a model: a CosyVoice2-0.5B or Fun-CosyVoice3-0.5B-2512 folder")
+    files = checkpoint.find_files(source)
+    doc = checkpoint.read_yaml(files.yaml)
+    rate = checkpoint.sample_rate(files, doc)
+    tokenizer = CosyVoiceTokenizer.from_folder(files.blank_en, f"cv{files.version}")
+    lm = checkpoint.load_lm(files, doc, device, dtype)
+    flow = checkpoint.load_flow(files, doc, device, dtype)
+    vocoder = checkpoint.load_vocoder(files, doc, device, torch.float32)  # upstream keeps HiFT in float32
+    speech_tokenizer = checkpoint.load_speech_tokenizer(files, device)
+    campplus = checkpoint.load_campplus(files, device)
+    model = CosyVoiceModel(lm, flow, vocoder)
+    modules = nn.ModuleList([lm, flow, vocoder, speech_tokenizer, campplus])
+    for name, module in zip(("llm.pt", "flow.pt", "hift.pt"), (lm, flow, vocoder), strict=True):
+        checkpoint.check_materialised(module, name)
+    return CosyVoiceLoaded(files.version, model, tokenizer, speech_tokenizer, campplus, checkpoint.load_speakers(files),
+                           checkpoint.sampling(files, doc), rate, str(source), ModelHandle(modules, device), options)
+
+
+def rebind(previous: CosyVoiceLoaded, options: RuntimeOptions) -> CosyVoiceLoaded:
+    """The same weights under other runtime options: nothing reloads."""
+    return replace(previous, options=options)
+
+
+# --------------------------------------------------------------------------------------------------
+# Requests
+
+
+@dataclass
+class Request:
+    """One upstream request per fragment: the LM's text ids and prompt, the flow's prompt, the embedding."""
+
+    texts: list[list[int]]
+    prompt_text: list[int]
+    llm_prompt_tokens: torch.Tensor  # (1, S) int32, S may be 0
+    flow_prompt_tokens: torch.Tensor
+    prompt_feat: torch.Tensor  # (1, 2S, 80)
+    embedding: torch.Tensor  # (1, 192)
+
+
+def _with_end_of_prompt(loaded: CosyVoiceLoaded, text: str, system_prompt: str) -> str:
+    """CosyVoice 3's rule: a text without <|endofprompt|> gets the system prompt and the token before it."""
+    if loaded.version != 3 or END_OF_PROMPT in text:
+        return text
+    return f"{system_prompt}{END_OF_PROMPT}{text}"
+
+
+def _instruction(loaded: CosyVoiceLoaded, instruct: str, system_prompt: str) -> str:
+    """The instruct mode's prompt text, written as upstream's examples write it."""
+    instruct = instruct.strip()
+    if not instruct:
+        raise InputError("instruct mode needs instruct_text: say how to speak, e.g. 'Speak in Cantonese.'")
+    if END_OF_PROMPT in instruct:
+        return instruct
+    if loaded.version == 3 and system_prompt:
+        return f"{system_prompt} {instruct}{END_OF_PROMPT}"
+    return f"{instruct}{END_OF_PROMPT}"
+
+
+def _speaker(loaded: CosyVoiceLoaded, name: str) -> dict:
+    entry = loaded.speakers.get(name)
+    if entry is None:
+        known = ", ".join(sorted(loaded.speakers)) or "none (this model has no spk2info.pt entries)"
+        raise InputError(f"speaker {name!r} is not in the model's spk2info.pt; its speakers: {known}")
+    return entry
+
+
+def _ints(tensor: torch.Tensor) -> list[int]:
+    return [int(i) for i in tensor.reshape(-1).tolist()]
+
+
+def build_request(loaded: CosyVoiceLoaded, text: str, params: dict,
+                  reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None) -> Request:
+    if not (text or "").strip():
+        raise InputError("the text is empty; give some words to speak")
+    mode, speaker = params.get("mode", "zero_shot"), (params.get("speaker") or "").strip()
+    system_prompt = params.get("system_prompt", "")
+    frontend = bool(params.get("text_frontend", True))
+    tokenizer = loaded.tokenizer
+    if speaker and reference is not None:
+        raise InputError("give either a reference recording or a saved speaker, not both: disconnect the audio or "
+                         "clear speaker")
+    empty = torch.zeros(1, 0, dtype=torch.int32)
+    entry = _speaker(loaded, speaker) if speaker else None
+    trained = entry is not None and "prompt_speech_feat" not in entry
+    if entry is None and reference is None:
+        raise InputError("CosyVoice clones a voice: connect a reference recording, or name a saved speaker of "
+                         "spk2info.pt")
+    fragments = normalize(text, tokenizer, split=True, frontend=frontend)
+    if mode == "cross_lingual":
+        fragments = [_with_end_of_prompt(loaded, f, system_prompt) for f in fragments]
+    texts = [tokenizer.encode(f) for f in fragments]
+    if not texts:
+        raise InputError("the text has nothing to speak once normalised (only punctuation?); give some words")
+
+    if trained:  # inference_sft: the embedding alone, for the LM and the flow, no prompt
+        if mode != "zero_shot":
+            raise InputError(f"speaker {speaker!r} is a trained speaker (an embedding only), which upstream speaks "
+                             "only as inference_sft: set mode to zero_shot")
+        texts = [tokenizer.encode(_with_end_of_prompt(loaded, f, system_prompt)) for f in fragments]
+        return Request(texts, [], empty, empty, torch.zeros(1, 0, 80), entry["embedding"].reshape(1, -1).float())
+
+    if entry is not None:  # a zero-shot speaker saved by add_zero_shot_spk: its model inputs as stored
+        prompt = PromptSpeech(entry["prompt_speech_feat"].float().cpu(),
+                              entry["flow_prompt_speech_token"].to(torch.int32).cpu(),
+                              entry["flow_embedding"].reshape(1, -1).float().cpu())
+        stored_text = _ints(entry["prompt_text"])
+        llm_tokens = entry["llm_prompt_speech_token"].to(torch.int32).cpu()
+    else:
+        wave, rate = reference
+        prompt = prompt_speech(wave, rate, loaded.version, loaded.speech_tokenizer, loaded.campplus,
+                               loaded.sample_rate)
+        stored_text, llm_tokens = None, prompt.tokens
+
+    if mode == "zero_shot":
+        if stored_text is None:
+            transcript = (reference_text or "").strip()
+            if not transcript:
+                raise InputError("zero_shot mode needs the reference's transcript: type it, connect a Whisper "
+                                 "model, or use mode cross_lingual")
+            transcript = _with_end_of_prompt(loaded, transcript, system_prompt)
+            stored_text = tokenizer.encode(normalize(transcript, tokenizer, split=False, frontend=frontend))
+        return Request(texts, stored_text, llm_tokens, prompt.tokens, prompt.feat, prompt.embedding)
+    if mode == "cross_lingual":
+        return Request(texts, [], empty, prompt.tokens, prompt.feat, prompt.embedding)
+    if mode == "instruct":
+        instruction = _instruction(loaded, params.get("instruct_text", ""), system_prompt)
+        return Request(texts, tokenizer.encode(instruction), empty, prompt.tokens, prompt.feat, prompt.embedding)
+    raise InputError(f"mode must be one of zero_shot, cross_lingual, instruct; got {mode!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Speaking
+
+
+def fragments(loaded: CosyVoiceLoaded, request: Request, ctx: RequestContext, speed: float = 1.0
+              ) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Each fragment's (speech tokens, waveform (1, samples) float32 on the CPU), as upstream's inference_* yields
+    them: one request each, the LM's draws then (CosyVoice 2) HiFT's from the request's one generator."""
+    device = loaded.device
+    generator = ctx.generator_for(device)
+    model = loaded.model
+    prompt_text = torch.tensor([request.prompt_text], dtype=torch.int32, device=device).reshape(1, -1)
+    for done, ids in enumerate(request.texts):
+        with ctx.step():
+            text = torch.tensor([ids], dtype=torch.int32, device=device)
+            tokens = model.speech_tokens(text, prompt_text, request.llm_prompt_tokens.to(device),
+                                         generator=generator, before_step=ctx.raise_if_cancelled,
+                                         params=loaded.sampling)
+            wave = model.token2wav(tokens, request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
+                                   request.embedding.to(device), speed, generator=generator,
+                                   before_step=ctx.raise_if_cancelled)
+        ctx.progress(done + 1, len(request.texts))
+        yield tokens, wave.float().cpu()
+
+
+def speak_request(loaded: CosyVoiceLoaded, request: Request, ctx: RequestContext,
+                  speed: float = 1.0) -> tuple[torch.Tensor, int]:
+    """A built request -> (waveform (1, samples) float32 on the CPU, 24000): the fragments' waves joined."""
+    waves = [wave for _, wave in fragments(loaded, request, ctx, speed)]
+    return torch.cat(waves, dim=1), loaded.sample_rate
+
+
+def speak(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params: dict,
+          reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None
+          ) -> tuple[torch.Tensor, int]:
+    """Text -> (waveform (1, samples) float32 on the CPU, 24000)."""
+    request = build_request(loaded, text, params, reference, reference_text)
+    return speak_request(loaded, request, ctx, float(params.get("speed", 1.0)))
+
+
+def speak_stream(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params: dict,
+                 reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None
+                 ) -> Iterator[torch.Tensor]:
+    """Like `speak`, but yields the waveform chunk by chunk ((1, n) float32 on the CPU), each fragment streamed as
+    upstream's tts(stream=True) streams it (stream.py); speed must be 1, as upstream requires."""
+    speed = float(params.get("speed", 1.0))
+    stream.check_streamable(speed)
+    request = build_request(loaded, text, params, reference, reference_text)
+    device = loaded.device
+    generator = ctx.generator_for(device)
+    prompt_text = torch.tensor([request.prompt_text], dtype=torch.int32, device=device).reshape(1, -1)
+    for done, ids in enumerate(request.texts):
+        chunks = stream.stream_request(
+            loaded.model, torch.tensor([ids], dtype=torch.int32, device=device), prompt_text,
+            request.llm_prompt_tokens.to(device), request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
+            request.embedding.to(device), generator=generator, params=loaded.sampling,
+            before_step=ctx.raise_if_cancelled)
+        while True:
+            with ctx.step():
+                wave = next(chunks, None)
+            if wave is None:
+                break
+            yield wave.float().cpu()
+        ctx.progress(done + 1, len(request.texts))
+
+
+__all__ = ["CosyVoiceLoaded", "Request", "build_request", "fragments", "load", "rebind", "speak", "speak_request",
+           "speak_stream"]
