@@ -4,6 +4,7 @@ Shared by the sets' tests so that each part is rebuilt one way."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -88,3 +89,47 @@ def release_parts(sets: Path, version: str) -> dict:
     """The tiny release of `version` ("cv2" / "cv3") from the committed sets under `sets`, as
     scripts/parity/cosyvoice_release.py writes it for upstream."""
     return parity_module("cosyvoice_release").parts_from_sets(sets, version)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The tiny release of cosyvoice_e2e (and cosyvoice_stream, which runs on it), rebuilt as its writer built it
+
+E2E_S3_ONNX = {"cv2": "speech_tokenizer_v2_tiny.onnx", "cv3": "speech_tokenizer_v3_tiny.onnx"}  # the writer's S3_ONNX
+
+
+@functools.cache
+def e2e_committed(root: Path) -> tuple[dict, dict]:
+    """cosyvoice_e2e's references.json and tensors (the set folder `root`)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    return json.loads((root / "references.json").read_text()), load_file(str(root / "references.safetensors"))
+
+
+def e2e_speakers(refs: dict) -> dict:
+    """spk2info.pt as the writer left it: the zero-shot speaker add_zero_shot_spk saved and a trained one."""
+    saved = {k: refs[f"speaker/saved/{k}"] for k in ("prompt_text", "llm_prompt_speech_token", "prompt_speech_feat",
+                                                      "flow_embedding")}
+    saved["flow_prompt_speech_token"] = saved["llm_prompt_speech_token"]  # the same tokens, as upstream stores them
+    saved["llm_embedding"] = saved["flow_embedding"]
+    return {"saved": saved, "trained": {"embedding": refs["speaker/trained/embedding"]}}
+
+
+def e2e_release(root: Path, out: Path, version: str) -> Path:
+    """The release folder of `version` that cosyvoice_e2e's writer gave upstream, under `out`."""
+    release = parity_module("cosyvoice_release")
+    sets = root.parent
+    parts = release.parts_from_sets(sets, version)
+    tokenizer = release.tokenizer_folder(sets, out / f"tokenizer_{version}")
+    _, refs = e2e_committed(root)
+    return release.write_release(out / version, version, tokenizer_files=tokenizer,
+                                 speech_tokenizer=sets / "nn" / "s3tokenizer" / E2E_S3_ONNX[version],
+                                 campplus=root / "campplus.onnx", spk2info=e2e_speakers(refs), **parts)
+
+
+def e2e_recording(refs: dict, info: dict, name: str) -> tuple[torch.Tensor, int]:
+    """A recording as upstream's load_wav has it before resampling: int16 / 32768, the channels' mean."""
+    rate = info["recordings"][name][0]
+    samples = refs[f"recording/{name}"].to(torch.float32) / 32768.0
+    return samples.T.contiguous().mean(dim=0), rate

@@ -209,6 +209,11 @@ SETS = {s.name: s for s in (
                  upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2 and CosyVoice3 from a tiny release folder: "
                           "inference_zero_shot, _cross_lingual, _instruct2, _sft and add_zero_shot_spk with "
                           "stream=False, CosyVoiceFrontEnd over onnxruntime)"),
+    ReferenceSet("cosyvoice_stream", None, (("cosyvoice_stream_references.py", OUT, "--checkout", CHECKOUT),),
+                 needs=("mizuoto/nn/campplus.py",),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2 and CosyVoice3 inference_zero_shot and "
+                          "inference_cross_lingual with stream=True on cosyvoice_e2e's release, the LM thread in "
+                          "lockstep with the main loop)"),
     ReferenceSet("dummy", None, (("dummy_references.py", OUT),), upstream="transformers 4.57.3's Qwen3 (as if "
                  "GitHub-only: the first user of the tolerance fallback)"),
 )}

@@ -17,7 +17,6 @@ instruct2, CosyVoice 3's <|endofprompt|> prompts, a speaker saved by add_zero_sh
   this machine's, not compared elsewhere (free running, tests/fallback.py).
 """
 
-import functools
 import json
 import sys
 from dataclasses import replace
@@ -28,8 +27,9 @@ import torch
 
 if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is not on the path yet
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cosyvoice_parts  # noqa: E402
 from fallback import Comparison  # noqa: E402
-from helpers import parity_module, reference_sets, run_pinned  # noqa: E402
+from helpers import reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.core.options import RuntimeOptions  # noqa: E402
@@ -41,8 +41,6 @@ from mizuoto.runtime.context import RequestContext  # noqa: E402
 SET = "cosyvoice_e2e"
 TOLERANCE_MEL = 5e-3  # the 24 kHz log-mel: near-silent bands sit on log(1e-5); measured spread 8.2e-4
 TOLERANCE_EMBEDDING = 5e-4  # CAM++ vs ONNX Runtime, and the pins lifted: measured spread 3.6e-5
-release = parity_module("cosyvoice_release")
-S3_ONNX = {"cv2": "speech_tokenizer_v2_tiny.onnx", "cv3": "speech_tokenizer_v3_tiny.onnx"}  # the writer's S3_ONNX
 DEFAULTS = ENGINE.speak_defaults()
 OPTIONS = RuntimeOptions("cosyvoice", "auto", False, True, (), {})
 MODES = {"zero_shot": "zero_shot", "cross_lingual": "cross_lingual", "instruct2": "instruct", "sft": "zero_shot"}
@@ -53,40 +51,7 @@ def folder() -> Path:
 
 
 def committed() -> tuple[dict, dict]:
-    return committed_at(folder())
-
-
-def speakers(refs: dict) -> dict:
-    """spk2info.pt as the writer left it: the zero-shot speaker add_zero_shot_spk saved and a trained one."""
-    saved = {k: refs[f"speaker/saved/{k}"] for k in ("prompt_text", "llm_prompt_speech_token", "prompt_speech_feat",
-                                                      "flow_embedding")}
-    saved["flow_prompt_speech_token"] = saved["llm_prompt_speech_token"]  # the same tokens, as upstream stores them
-    saved["llm_embedding"] = saved["flow_embedding"]
-    return {"saved": saved, "trained": {"embedding": refs["speaker/trained/embedding"]}}
-
-
-def build(root: Path, out: Path, version: str) -> Path:
-    sets = root.parent
-    parts = release.parts_from_sets(sets, version)
-    tokenizer = release.tokenizer_folder(sets, out / f"tokenizer_{version}")
-    _, refs = committed_at(root)
-    return release.write_release(out / version, version, tokenizer_files=tokenizer,
-                                 speech_tokenizer=sets / "nn" / "s3tokenizer" / S3_ONNX[version],
-                                 campplus=root / "campplus.onnx", spk2info=speakers(refs), **parts)
-
-
-@functools.cache
-def committed_at(root: Path) -> tuple[dict, dict]:
-    from safetensors.torch import load_file
-
-    return json.loads((root / "references.json").read_text()), load_file(str(root / "references.safetensors"))
-
-
-def recording(refs: dict, info: dict, name: str) -> tuple[torch.Tensor, int]:
-    """The recording as upstream's load_wav has it before resampling: int16 / 32768, the channels' mean."""
-    rate = info["recordings"][name][0]
-    samples = refs[f"recording/{name}"].to(torch.float32) / 32768.0
-    return samples.T.contiguous().mean(dim=0), rate
+    return cosyvoice_parts.e2e_committed(folder())
 
 
 def params_of(case: dict) -> dict:
@@ -101,15 +66,14 @@ def ours(root: Path, out: Path) -> dict:
     """The pinned run: every case's reads, fragments' ids, tokens and waves."""
     from safetensors.torch import save_file
 
-    info, refs = committed_at(root)
-    options = OPTIONS
-    loaded = {v: engine.load(build(root, out.parent, v), torch.device("cpu"), torch.float32, options)
-              for v in ("cv2", "cv3")}
+    info, refs = cosyvoice_parts.e2e_committed(root)
+    loaded = {v: engine.load(cosyvoice_parts.e2e_release(root, out.parent, v), torch.device("cpu"), torch.float32,
+                             OPTIONS) for v in ("cv2", "cv3")}
     results, texts = {}, {}
     for name, case in info["cases"].items():
         voice, args = loaded[case["version"]], case["args"]
         params = {**DEFAULTS, **params_of(case)}
-        ref = recording(refs, info, args["recording"]) if "recording" in args else None
+        ref = cosyvoice_parts.e2e_recording(refs, info, args["recording"]) if "recording" in args else None
         request = engine.build_request(voice, args["tts_text"], params, ref, args.get("prompt_text"))
         texts[name] = {"texts": request.texts, "prompt_text": request.prompt_text}
         if ref is not None:
@@ -185,13 +149,13 @@ def test_the_set_covers_every_mode_of_both_versions():
 @pytest.fixture(scope="module")
 def voices(tmp_path_factory):
     out = tmp_path_factory.mktemp("cosyvoice_e2e")
-    return {v: engine.load(build(folder(), out, v), torch.device("cpu"), torch.float32, OPTIONS)
+    return {v: engine.load(cosyvoice_parts.e2e_release(folder(), out, v), torch.device("cpu"), torch.float32, OPTIONS)
             for v in ("cv2", "cv3")}
 
 
 def test_what_a_request_refuses_is_one_line(voices):
     info, refs = committed()
-    ref = recording(refs, info, "a")
+    ref = cosyvoice_parts.e2e_recording(refs, info, "a")
     defaults = dict(DEFAULTS)
     with pytest.raises(InputError, match="text is empty"):
         engine.build_request(voices["cv2"], "  ", defaults, ref, "hi")
@@ -218,7 +182,7 @@ def test_what_a_request_refuses_is_one_line(voices):
 
 def test_cosyvoice_3_prompts_get_the_system_prompt_and_end_of_prompt(voices):
     info, refs = committed()
-    ref = recording(refs, info, "a")
+    ref = cosyvoice_parts.e2e_recording(refs, info, "a")
     voice = voices["cv3"]
     defaults = dict(DEFAULTS)
     tokenizer = voice.tokenizer
@@ -237,7 +201,7 @@ def test_cosyvoice_3_prompts_get_the_system_prompt_and_end_of_prompt(voices):
 
 def test_speak_joins_the_fragments_and_a_seed_repeats(voices):
     info, refs = committed()
-    ref = recording(refs, info, "b")
+    ref = cosyvoice_parts.e2e_recording(refs, info, "b")
     params = {**DEFAULTS, "mode": "cross_lingual"}
     text = info["cases"]["cv2/zero_shot_long"]["args"]["tts_text"]
     first, rate = engine.speak(voices["cv2"], text, RequestContext(5), params, ref)
