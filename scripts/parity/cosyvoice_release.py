@@ -68,9 +68,9 @@ CFM = """    decoder: !new:cosyvoice.flow.flow_matching.CausalConditionalCFM
                 inference_cfg_rate: 0.7
                 reg_loss_type: 'l1'
 """
-CV2_FLOW = """
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
-    input_size: 512
+FLOW_HEAD = """
+flow: !new:cosyvoice.flow.flow.{cls}
+    input_size: {input_size}
     output_size: 80
     spk_embed_dim: !ref <spk_embed_dim>
     output_type: 'mel'
@@ -79,6 +79,8 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
     only_mask_loss: True
     token_mel_ratio: !ref <token_mel_ratio>
     pre_lookahead_len: 3
+"""
+CV2_FLOW = FLOW_HEAD.format(cls="CausalMaskedDiffWithXvec", input_size=512) + """\
     encoder: !new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder
         output_size: 512
         attention_heads: {e[attention_heads]}
@@ -108,17 +110,7 @@ flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec
             static_chunk_size: !ref <chunk_size> * <token_mel_ratio>
             num_decoding_left_chunks: !ref <num_decoding_left_chunks>
 """
-CV3_FLOW = """
-flow: !new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT
-    input_size: 80
-    output_size: 80
-    spk_embed_dim: !ref <spk_embed_dim>
-    output_type: 'mel'
-    vocab_size: 6561
-    input_frame_rate: !ref <token_frame_rate>
-    only_mask_loss: True
-    token_mel_ratio: !ref <token_mel_ratio>
-    pre_lookahead_len: 3
+CV3_FLOW = FLOW_HEAD.format(cls="CausalMaskedDiffWithDiT", input_size=80) + """\
     pre_lookahead_layer: !new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer
         in_channels: 80
         channels: {look[channels]}
@@ -250,15 +242,12 @@ def parts_from_sets(sets: Path, version: str) -> dict:
             "hift": hift, "qwen": qwen}
 
 
-def tokenizer_folder(sets: Path, folder: Path, clean_up: bool = False) -> Path:
-    """The tiny CosyVoice-BlankEN tokenizer upstream read when cosyvoice_text was written, rebuilt from that set
-    (its core files; the vocabulary padded with the recorded filler up to the first special id, 151643, as the
-    released numbering has it): vocab.json, merges.txt, tokenizer_config.json."""
-    text_set = Path(sets) / "cosyvoice_text"
-    spec = json.loads((text_set / "golden" / "cosyvoice_text.json").read_text(encoding="utf-8"))["folder"]
-    core = text_set / "blanken"
+def padded_tokenizer(core: Path, folder: Path, filler: str, first_special: int, clean_up: bool = False) -> Path:
+    """A tokenizer folder from a stored core (vocab_core.json, merges.txt, tokenizer_config.json): the vocabulary
+    padded with `filler` tokens up to `first_special` (json.dumps, ensure_ascii=False, no spaces), the rest as stored
+    (`clean_up`: the config's clean_up_tokenization_spaces turned on)."""
     vocab = json.loads((core / "vocab_core.json").read_text(encoding="utf-8"))
-    vocab.update({spec["filler"].format(i): i for i in range(len(vocab), spec["first_special"])})
+    vocab.update({filler.format(i): i for i in range(len(vocab), first_special)})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
@@ -268,3 +257,11 @@ def tokenizer_folder(sets: Path, folder: Path, clean_up: bool = False) -> Path:
         config = config.replace('"clean_up_tokenization_spaces": false', '"clean_up_tokenization_spaces": true')
     (folder / "tokenizer_config.json").write_text(config, encoding="utf-8")
     return folder
+
+
+def tokenizer_folder(sets: Path, folder: Path, clean_up: bool = False) -> Path:
+    """The tiny CosyVoice-BlankEN tokenizer upstream read when cosyvoice_text was written, rebuilt from that set
+    (its core files, padded with the recorded filler up to the first special id, 151643, as released)."""
+    text_set = Path(sets) / "cosyvoice_text"
+    spec = json.loads((text_set / "golden" / "cosyvoice_text.json").read_text(encoding="utf-8"))["folder"]
+    return padded_tokenizer(text_set / "blanken", folder, spec["filler"], spec["first_special"], clean_up)

@@ -201,17 +201,11 @@ def core_files(corpus: str) -> dict[str, str]:
 
 
 def full_folder(core: Path, folder: Path, clean_up: bool = False) -> dict[str, str]:
-    """The folder upstream reads, from the stored core: the vocabulary padded with FILLER up to FIRST_SPECIAL
-    (json.dumps, ensure_ascii=False, no spaces), merges.txt and the config as stored. Returns their sha256."""
-    vocab = json.loads((core / "vocab_core.json").read_text(encoding="utf-8"))
-    vocab.update({FILLER.format(i): i for i in range(len(vocab), FIRST_SPECIAL)})
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-    (folder / "merges.txt").write_bytes((core / "merges.txt").read_bytes())
-    config = (core / "tokenizer_config.json").read_text(encoding="utf-8")
-    if clean_up:
-        config = config.replace('"clean_up_tokenization_spaces": false', '"clean_up_tokenization_spaces": true')
-    (folder / "tokenizer_config.json").write_text(config, encoding="utf-8")
+    """The folder upstream reads, from the stored core (cosyvoice_release.padded_tokenizer with FILLER up to
+    FIRST_SPECIAL). Returns the files' sha256."""
+    from cosyvoice_release import padded_tokenizer
+
+    padded_tokenizer(core, folder, FILLER, FIRST_SPECIAL, clean_up)
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
