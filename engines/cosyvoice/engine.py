@@ -23,7 +23,7 @@ for text holding '<|' and '|>').
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -58,9 +58,22 @@ class CosyVoiceLoaded:
     handle: ModelHandle
     options: RuntimeOptions
 
+    _steps: list = field(default_factory=list)  # [(graphs, the LM's DecoderSteps)]
+
     @property
     def device(self) -> torch.device:
         return self.handle.device
+
+    def lm_steps(self):
+        """The LM's decode step, with CUDA graphs when usable (kept per graphs object: they hold the weights'
+        addresses and stay with the loaded model across requests)."""
+        graphs = self.handle.graphs_for(self.options.cuda_graphs)
+        for known, steps in self._steps:
+            if known is graphs:
+                return steps
+        steps = self.model.lm.steps(graphs)
+        self._steps[:] = [(graphs, steps)]
+        return steps
 
 
 def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
@@ -85,7 +98,8 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
 
 
 def rebind(previous: CosyVoiceLoaded, options: RuntimeOptions) -> CosyVoiceLoaded:
-    """The same weights under other runtime options: nothing reloads."""
+    """The same weights under other runtime options: nothing reloads; the handle, its CUDA graphs and the LM's steps
+    are shared."""
     return replace(previous, options=options)
 
 
@@ -213,7 +227,7 @@ def fragments(loaded: CosyVoiceLoaded, request: Request, ctx: RequestContext, sp
             text = torch.tensor([ids], dtype=torch.int32, device=device)
             tokens = model.speech_tokens(text, prompt_text, request.llm_prompt_tokens.to(device),
                                          generator=generator, before_step=ctx.raise_if_cancelled,
-                                         params=loaded.sampling)
+                                         params=loaded.sampling, steps=loaded.lm_steps())
             wave = model.token2wav(tokens, request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
                                    request.embedding.to(device), speed, generator=generator,
                                    before_step=ctx.raise_if_cancelled)
@@ -252,7 +266,7 @@ def speak_stream(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params
             loaded.model, torch.tensor([ids], dtype=torch.int32, device=device), prompt_text,
             request.llm_prompt_tokens.to(device), request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
             request.embedding.to(device), generator=generator, params=loaded.sampling,
-            before_step=ctx.raise_if_cancelled)
+            before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps())
         while True:
             with ctx.step():
                 wave = next(chunks, None)

@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from mizuoto.core.errors import InputError
-from mizuoto.nn.qwen import QwenConfig, QwenDecoder, repeat_kv
+from mizuoto.nn.qwen import AttentionStep, QwenConfig, QwenDecoder, repeat_kv
 from mizuoto.runtime import accel
 from mizuoto.runtime.accel import sdpa_reference
+from mizuoto.runtime.graphs import DecoderSteps, Graphs
 
 from .ras import RELEASED, RasParams, ras
 
@@ -113,11 +114,17 @@ class CosyVoiceLM(nn.Module):
             speech = torch.zeros(1, 0, text_emb.shape[-1], dtype=text_emb.dtype, device=text_emb.device)
         return torch.concat([sos, text_emb, task, speech], dim=1)
 
+    def steps(self, graphs: Graphs | None = None) -> DecoderSteps:
+        """The one-token decode step as runtime.graphs.DecoderSteps: the fed speech_embedding row through the
+        layers (CUDA graphs of everything but attention when `graphs` is given), the final norm and llm_decoder's
+        logits. Keep it with the loaded model: its graphs hold the weights' addresses."""
+        return DecoderSteps(self.decoder, graphs, head=lambda h: self.llm_decoder(h[:, -1]), embed=lambda x: x)
+
     def decode(self, lm_input: torch.Tensor, max_len: int, choose: Callable[[int, torch.Tensor], int | None],
-               before_step: Callable[[], None] | None = None) -> Iterator[int]:
+               before_step: Callable[[], None] | None = None, steps: DecoderSteps | None = None) -> Iterator[int]:
         """upstream's inference_wrapper loop: prefill lm_input, then per step the llm_decoder's logits (V,) go to
         `choose(step, logits)`, which returns the token (None: stop); each token's speech_embedding row is fed
-        next. Yields the tokens."""
+        next, through `steps` when given (the same kernels as the eager forward). Yields the tokens."""
         decoder = self.decoder
         length = lm_input.shape[1]
         cache = decoder.new_cache(1, length + max_len)
@@ -126,8 +133,14 @@ class CosyVoiceLM(nn.Module):
             if before_step is not None:
                 before_step()
             kv_len = cache.length + x.shape[1]
-            hidden = decoder(x, positions, cache, decoder.mask_for(None, x.shape[1], kv_len))
-            top = choose(i, self.llm_decoder(hidden[:, -1]).squeeze(dim=0))
+            if i == 0 or steps is None:
+                hidden = decoder(x, positions, cache, decoder.mask_for(None, x.shape[1], kv_len))
+                logits = self.llm_decoder(hidden[:, -1])
+            else:
+                step = AttentionStep(cache, decoder.mask_for(None, 1, kv_len))
+                logits = steps(x, decoder.rope(positions, x.dtype), step)
+                cache.advance(1)
+            top = choose(i, logits.squeeze(dim=0))
             if top is None:
                 return
             yield top
@@ -137,7 +150,7 @@ class CosyVoiceLM(nn.Module):
     @torch.inference_mode()
     def generate(self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_speech_token: torch.Tensor, *,
                  generator: torch.Generator | None = None, params: RasParams = RELEASED,
-                 before_step: Callable[[], None] | None = None) -> Iterator[int]:
+                 before_step: Callable[[], None] | None = None, steps: DecoderSteps | None = None) -> Iterator[int]:
         """upstream's inference: text (1, N) and prompt_text (1, P) text ids, prompt_speech_token (1, S) -> the
         speech tokens one by one (a stop id ends them and is not yielded)."""
         if text.shape[0] != 1:
@@ -157,7 +170,7 @@ class CosyVoiceLM(nn.Module):
             out.append(top)
             return top
 
-        yield from self.decode(lm_input, max_len, choose, before_step)
+        yield from self.decode(lm_input, max_len, choose, before_step, steps)
 
     @torch.inference_mode()
     def teacher_forced(self, lm_input: torch.Tensor, tokens: list[int]) -> torch.Tensor:

@@ -31,9 +31,11 @@ class CosyVoiceModel:
         self.lm, self.flow, self.hift = lm, flow, hift
 
     def speech_tokens(self, text, prompt_text, llm_prompt_speech_token, *, generator=None,
-                      before_step: Callable[[], None] | None = None, params: RasParams = RELEASED) -> list[int]:
+                      before_step: Callable[[], None] | None = None, params: RasParams = RELEASED,
+                      steps=None) -> list[int]:
+        """The LM's speech tokens; `steps`: the LM's DecoderSteps (CosyVoiceLM.steps), else its eager forward."""
         tokens = self.lm.generate(text, prompt_text, llm_prompt_speech_token, generator=generator,
-                                  before_step=before_step, params=params)
+                                  before_step=before_step, params=params, steps=steps)
         return list(keep_silences(tokens, self.version))
 
     @torch.inference_mode()

@@ -71,8 +71,8 @@ class HiFTStream:
 
 def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_prompt_tokens: torch.Tensor,
                    flow_prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, *,
-                   generator: torch.Generator, params, before_step: Callable[[], None] | None = None
-                   ) -> Iterator[torch.Tensor]:
+                   generator: torch.Generator, params, before_step: Callable[[], None] | None = None,
+                   steps=None) -> Iterator[torch.Tensor]:
     """One request's waveform, chunk by chunk ((1, n) each, on the model's device): CosyVoiceModel's LM, flow and
     vocoder as upstream's tts(stream=True)."""
     flow, device = model.flow, prompt_feat.device
@@ -101,7 +101,7 @@ def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_pro
             yield wave
 
     lm = model.lm.generate(text, prompt_text, llm_prompt_tokens, generator=generator, params=params,
-                           before_step=before_step)
+                           before_step=before_step, steps=steps)
     for token in keep_silences(lm, model.version):
         tokens.append(token)
         yield from ready()

@@ -194,3 +194,35 @@ def test_in_process_the_lm_decodes_at_its_site_close_to_upstreams_logits():
 
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
+
+
+def _decode_both_ways(version: str, device: str, graphs) -> tuple[list[int], list[int]]:
+    """One recorded case's tokens decoded by the eager forward and through the LM's DecoderSteps."""
+    recorded, refs = info(), inputs()
+    model = build(recorded, version).to(device)
+    key = next(k for k in recorded["cases"] if k.startswith(version))
+    ids = tuple(t.to(device) for t in case_inputs(refs, key))
+    seed = recorded["cases"][key]["seed"]
+    eager = list(model.generate(*ids, generator=torch.Generator(device).manual_seed(seed)))
+    # the graphs draw nothing (RAS samples eagerly with the request's generator), so no Graphs.drawing
+    stepped = list(model.generate(*ids, generator=torch.Generator(device).manual_seed(seed), steps=model.steps(graphs)))
+    return eager, stepped
+
+
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_the_decode_step_as_decoder_steps_is_the_eager_forward(version):
+    eager, stepped = _decode_both_ways(version, "cpu", None)
+    assert stepped == eager and len(eager) > 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_the_decode_step_replayed_as_cuda_graphs_draws_the_eager_tokens(version):
+    from mizuoto.runtime.graphs import Graphs
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    device = torch.device("cuda")
+    with torch.cuda.device(device):
+        eager, graphed = _decode_both_ways(version, "cuda", Graphs(device))
+    assert graphed == eager
