@@ -61,7 +61,8 @@ def test_wheel_contains_everything_and_works(repo, tmp_path):
     assert result["mizuoto"] == str(site / "mizuoto")
     assert result["engines"] == ["cosyvoice", "dummy", "f5tts", "gpt_sovits", "qwen3tts", "seedvc", "voxcpm", "whisper"]
     assert result["samples"] > 1000
-    assert result["nodes"] == ["MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
+    assert result["nodes"] == ["MizuotoAccelPolicy", "MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak", "MizuotoDoctor",
+                               "MizuotoDummyLoader", "MizuotoDummySpeak",
                                "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoGPTSoVITSLoader",
                                "MizuotoGPTSoVITSSpeak", "MizuotoQwen3TTSLoader",
                                "MizuotoQwen3TTSSpeak", "MizuotoSeedVCConvert", "MizuotoSeedVCLoader",
