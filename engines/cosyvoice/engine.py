@@ -22,6 +22,7 @@ for text holding '<|' and '|>').
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,10 +39,11 @@ from . import checkpoint, stream
 from .model import CosyVoiceModel
 from .ras import RasParams
 from .reference import PromptSpeech, prompt_speech
-from .text import normalize
+from .text import normalize, text_frontend
 from .tokenizer import CosyVoiceTokenizer
 
 END_OF_PROMPT = "<|endofprompt|>"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,6 +92,8 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     speech_tokenizer = checkpoint.load_speech_tokenizer(files, device)
     campplus = checkpoint.load_campplus(files, device)
     model = CosyVoiceModel(lm, flow, vocoder)
+    # wetext changes the text when it is installed (upstream's default then): say which normaliser this process uses
+    log.info("CosyVoice %d text normaliser: %s", files.version, text_frontend().name)
     modules = nn.ModuleList([lm, flow, vocoder, speech_tokenizer, campplus])
     for name, module in zip(("llm.pt", "flow.pt", "hift.pt"), (lm, flow, vocoder), strict=True):
         checkpoint.check_materialised(module, name)
