@@ -11,6 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mizuoto.runtime import graphs as graphs_mod
+from mizuoto.runtime.context import ACCEL
 from mizuoto.runtime.graphs import Graph, Graphs
 
 # Ops that copy a value from the device to the host (each one waits for the device).
@@ -36,8 +37,14 @@ class Replayer:
         self.fn, self.outputs, self.replays = fn, outputs, 0
 
     def replay(self):
+        """The captured work again, outside any bound policy: a real replay launches kernels and dispatches
+        nothing (GraphedCall counts the capture's attention for it)."""
         self.replays += 1
-        graphs_mod._copy(self.outputs, self.fn())
+        token = ACCEL.set(None)
+        try:
+            graphs_mod._copy(self.outputs, self.fn())
+        finally:
+            ACCEL.reset(token)
 
 
 class EmulatedGraphs:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 
 from mizuoto.runtime.accel.policies import is_cancellation, is_out_of_memory
+from mizuoto.runtime.context import ACCEL
 
 log = logging.getLogger("mizuoto.graphs")
 
@@ -377,8 +379,10 @@ class GraphedCall:
         call = GraphedCall(solve, graphs)                 # graphs: Graphs, or None for eager
         out = call((mu, prompt, style), generator, steps=10, cfg_rate=0.7)   # a fresh tensor each call
 
-    The signature is every input's shape, dtype and device, the `options` (plain values), and the autocast
-    state, so a graph captured under float16 autocast replays only there.
+    The signature is every input's shape, dtype and device, the `options` (plain values), the autocast
+    state, so a graph captured under float16 autocast replays only there, and the bound attention policy: a
+    graph holds the attention kernels its capture chose, so another policy captures its own. The attention
+    calls a capture made are added to the bound run's counts at every replay, as eager calls count themselves.
     `fn` must be capturable (no host reads) and draw only from the generator it is given: replays draw from
     `graphs.generator` with the request's state copied in and back (`Graphs.drawing`), so the draws are eager
     code's. Eager where `graphs` is None, under autograd, or for a signature whose capture failed (logged once
@@ -399,8 +403,11 @@ class GraphedCall:
     def _graphed(self, inputs: tuple, options: dict) -> torch.Tensor:
         graphs = self.graphs
         device_type = graphs.device.type
+        bound = ACCEL.get()
+        policy, used = getattr(bound, "policy", None), getattr(bound, "used", None)
         signature = (tuple((t.shape, t.dtype, t.device) for t in inputs), tuple(sorted(options.items())),
-                     torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type))
+                     torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type),
+                     None if policy is None else (policy.name, policy.strict))
         with graphs.lock, graphs.device_context():
             run = self._runs.get(signature, _MISSING)
             if run is None:  # its capture failed: eager, drawing from the graphs' generator as a replay would
@@ -410,11 +417,25 @@ class GraphedCall:
             for static, value in zip(run.inputs, inputs, strict=True):
                 static.copy_(value)
             if run.graph is None:
-                run.graph = graphs.capture(lambda: self.fn(*run.inputs, graphs.generator, **options))
+                before = Counter(used) if used is not None else None
+
+                def captured():
+                    start = Counter(used) if used is not None else None
+                    out = self.fn(*run.inputs, graphs.generator, **options)
+                    if used is not None and ACCEL.get() is bound:  # the warm-up and the capture: the same calls
+                        run.attention = Counter(used) - start
+                    return out
+
+                run.graph = graphs.capture(captured)
+                if used is not None:  # the capture's counts are not this call's: its replay's are
+                    used.clear()
+                    used.update(before)
                 if run.graph is None:
                     self._runs[signature] = None
                     return self.fn(*inputs, graphs.generator, **options)
             run.graph.graph.replay()  # already under the graphs' device
+            if used is not None:
+                used.update(run.attention)
             return run.graph.outputs.clone()  # the static output is rewritten by the next replay
 
 
@@ -423,3 +444,4 @@ class _CallRun:
         self.inputs = tuple(t.clone() for t in inputs)
         self.epoch = epoch
         self.graph: Graph | None = None
+        self.attention: Counter = Counter()  # the attention backends one call ran, as the bound run counts them

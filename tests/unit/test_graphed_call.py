@@ -50,3 +50,27 @@ def test_without_graphs_or_under_autograd_it_is_the_function():
     graphs = EmulatedGraphs()
     GraphedCall(solve, graphs)((torch.ones(2), torch.tensor(1.0)), g1)  # grad mode on: no capture
     assert graphs.captures == 0
+
+
+def test_a_replay_counts_the_attention_its_capture_ran_and_another_policy_captures_anew():
+    from mizuoto.runtime import accel
+    from mizuoto.runtime.context import RequestContext
+
+    site = accel.Site("test.graphed_call")
+
+    def attend(x, generator):
+        q = x.reshape(1, 1, 2, 2)
+        return accel.attention(q, q, q, site=site).reshape(x.shape)
+
+    graphs = EmulatedGraphs()
+    call = GraphedCall(attend, graphs)
+    x, g = torch.ones(4), torch.Generator()
+    with torch.inference_mode():
+        want = attend(x, g)
+        for name, captures in (("math", 1), ("math", 1), ("fast", 2)):
+            run = accel.policy_for(name).start()
+            with RequestContext(0, accel=run).step():
+                assert torch.equal(call((x,), g), want)
+            assert sum(run.used.values()) == 1, run.used  # one call, not the capture's warm-up and capture
+            assert graphs.captures == captures
+        assert torch.equal(call((x,), g), want) and graphs.captures == 3  # auto: no policy bound, its own graph
