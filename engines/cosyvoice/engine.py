@@ -36,6 +36,7 @@ from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
 from . import checkpoint, stream
+from .flow import SolveGraphs
 from .model import CosyVoiceModel
 from .ras import RasParams
 from .reference import PromptSpeech, prompt_speech
@@ -61,6 +62,7 @@ class CosyVoiceLoaded:
     options: RuntimeOptions
 
     _steps: list = field(default_factory=list)  # [(graphs, the LM's DecoderSteps)]
+    _solve: list = field(default_factory=list)  # [(graphs, the flow's SolveGraphs)]
 
     @property
     def device(self) -> torch.device:
@@ -76,6 +78,16 @@ class CosyVoiceLoaded:
         steps = self.model.lm.steps(graphs)
         self._steps[:] = [(graphs, steps)]
         return steps
+
+    def flow_solve(self) -> SolveGraphs:
+        """The flow's solver, one CUDA graph per frame count when usable (kept like the LM's steps)."""
+        graphs = self.handle.graphs_for(self.options.cuda_graphs)
+        for known, solve in self._solve:
+            if known is graphs:
+                return solve
+        solve = SolveGraphs(self.model.flow.decoder, graphs)
+        self._solve[:] = [(graphs, solve)]
+        return solve
 
 
 def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
@@ -234,7 +246,7 @@ def fragments(loaded: CosyVoiceLoaded, request: Request, ctx: RequestContext, sp
                                          params=loaded.sampling, steps=loaded.lm_steps())
             wave = model.token2wav(tokens, request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
                                    request.embedding.to(device), speed, generator=generator,
-                                   before_step=ctx.raise_if_cancelled)
+                                   before_step=ctx.raise_if_cancelled, solve=loaded.flow_solve())
         ctx.progress(done + 1, len(request.texts))
         yield tokens, wave.float().cpu()
 
@@ -270,7 +282,7 @@ def speak_stream(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params
             loaded.model, torch.tensor([ids], dtype=torch.int32, device=device), prompt_text,
             request.llm_prompt_tokens.to(device), request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
             request.embedding.to(device), generator=generator, params=loaded.sampling,
-            before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps())
+            before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps(), solve=loaded.flow_solve())
         while True:
             with ctx.step():
                 wave = next(chunks, None)

@@ -15,6 +15,9 @@ The noise is not drawn per request: upstream's CausalConditionalCFM seeds the gl
 construction and keeps randn(1, 80, 15000); every request slices it. It is rebuilt here from a generator of its
 own seeded 0 (the same numbers), so loading a model changes no one's random state. Streaming (not the last
 chunk: `finalize` False) holds back the last `pre_lookahead_len` tokens as the look-ahead context.
+
+The solve has fixed shapes for a frame count and reads nothing back to the host, so the engine replays it as one
+CUDA graph per frame count (`SolveGraphs`, kept with the loaded model); on the CPU it runs eagerly.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mizuoto.core.errors import InputError
+from mizuoto.runtime.graphs import GraphedCall, Graphs
 
 from .conformer import EncoderConfig, PreLookaheadLayer, UpsampleConformerEncoder
 from .dit import DiT, DiTConfig
@@ -108,6 +112,29 @@ class CausalConditionalCFM(nn.Module):
         return x.float()
 
 
+class SolveGraphs:
+    """The CFM's whole solve (10 Euler steps of the estimator, guidance and update) as one CUDA graph per
+    (frames, streaming, dtype) and attention policy (runtime.graphs.GraphedCall); eager where `graphs` is None.
+
+    The solve reads nothing back to the host and draws nothing (its noise is the fixed table, built by the
+    capture's warm-up before the capture), so a replay is the eager solve's kernels: the same mel. A graphed
+    solve checks for cancellation once before it, not between its steps. Keep it with the loaded model: its
+    graphs hold the weights' addresses."""
+
+    def __init__(self, cfm: CausalConditionalCFM, graphs: Graphs | None):
+        self.cfm, self.graphs = cfm, graphs
+        self.call = GraphedCall(lambda mu, mask, spks, cond, generator, streaming:
+                                cfm(mu, mask, spks, cond, streaming=streaming), graphs)
+
+    def __call__(self, mu, mask, spks, cond, streaming: bool, generator: torch.Generator,
+                 before_step: Callable[[], None] | None = None) -> torch.Tensor:
+        if self.graphs is None:
+            return self.cfm(mu, mask, spks, cond, streaming=streaming, before_step=before_step)
+        if before_step is not None:
+            before_step()
+        return self.call((mu, mask, spks, cond), generator, streaming=streaming)
+
+
 @dataclass(frozen=True)
 class FlowConfig:
     version: int  # 2: CausalMaskedDiffWithXvec (Conformer + U-Net), 3: CausalMaskedDiffWithDiT
@@ -163,9 +190,11 @@ class Flow(nn.Module):
     @torch.inference_mode()
     def inference(self, token, token_len, prompt_token, prompt_token_len, prompt_feat, embedding,
                   streaming: bool = False, finalize: bool = True,
-                  before_step: Callable[[], None] | None = None) -> torch.Tensor:
+                  before_step: Callable[[], None] | None = None, solve: SolveGraphs | None = None,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
         """token (1, N), prompt_token (1, P) with their lengths (1,), prompt_feat (1, F, 80), embedding (1, 192)
-        -> the mel of the new tokens (1, 80, frames - F), float32."""
+        -> the mel of the new tokens (1, 80, frames - F), float32. `solve`: this flow's SolveGraphs (the
+        request's `generator` beside it), else the eager solver."""
         if token.shape[0] != 1:
             raise InputError(f"the flow renders one request at a time, got a batch of {token.shape[0]}")
         h, spks = self.condition(token, token_len, prompt_token, prompt_token_len, embedding, finalize, streaming)
@@ -177,6 +206,9 @@ class Flow(nn.Module):
         conds = torch.zeros([1, frames, self.config.output_size], device=h.device).to(h.dtype)
         conds[:, :prompt_frames] = prompt_feat
         mask = torch.ones(1, 1, frames, device=h.device, dtype=h.dtype)
-        feat = self.decoder(h.transpose(1, 2).contiguous(), mask, spks, conds.transpose(1, 2), STEPS,
-                            streaming=streaming, before_step=before_step)
+        mu, conds = h.transpose(1, 2).contiguous(), conds.transpose(1, 2)
+        if solve is None:
+            feat = self.decoder(mu, mask, spks, conds, STEPS, streaming=streaming, before_step=before_step)
+        else:
+            feat = solve(mu, mask, spks, conds, streaming, generator, before_step)
         return feat[:, :, prompt_frames:].float()

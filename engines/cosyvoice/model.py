@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from mizuoto.core.errors import InputError
 
-from .flow import Flow
+from .flow import Flow, SolveGraphs
 from .llm import CosyVoiceLM, keep_silences
 from .ras import RELEASED, RasParams
 
@@ -41,8 +41,9 @@ class CosyVoiceModel:
     @torch.inference_mode()
     def token2wav(self, tokens: list[int], prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
                   embedding: torch.Tensor, speed: float = 1.0, *, generator=None,
-                  before_step: Callable[[], None] | None = None) -> torch.Tensor:
-        """The final token2wav of a request: -> (1, samples)."""
+                  before_step: Callable[[], None] | None = None, solve: SolveGraphs | None = None) -> torch.Tensor:
+        """The final token2wav of a request: -> (1, samples). `solve`: the flow's SolveGraphs (CUDA graphs of its
+        solver), else its eager solver."""
         if speed <= 0:
             raise InputError(f"speed must be above 0, got {speed}")
         device = prompt_feat.device
@@ -50,7 +51,8 @@ class CosyVoiceModel:
         mel = self.flow.inference(token, torch.tensor([token.shape[1]], dtype=torch.int32, device=device),
                                   prompt_token.to(torch.int32),
                                   torch.tensor([prompt_token.shape[1]], dtype=torch.int32, device=device),
-                                  prompt_feat, embedding, streaming=False, finalize=True, before_step=before_step)
+                                  prompt_feat, embedding, streaming=False, finalize=True, before_step=before_step,
+                                  solve=solve, generator=generator)
         if speed != 1.0:
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         if self.version == 2:

@@ -72,9 +72,9 @@ class HiFTStream:
 def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_prompt_tokens: torch.Tensor,
                    flow_prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, *,
                    generator: torch.Generator, params, before_step: Callable[[], None] | None = None,
-                   steps=None) -> Iterator[torch.Tensor]:
+                   steps=None, solve=None) -> Iterator[torch.Tensor]:
     """One request's waveform, chunk by chunk ((1, n) each, on the model's device): CosyVoiceModel's LM, flow and
-    vocoder as upstream's tts(stream=True)."""
+    vocoder as upstream's tts(stream=True); `steps` the LM's DecoderSteps, `solve` the flow's SolveGraphs."""
     flow, device = model.flow, prompt_feat.device
     look, ratio = flow.config.pre_lookahead_len, flow.config.token_mel_ratio
     prompt = flow_prompt_tokens.to(torch.int32)
@@ -89,7 +89,7 @@ def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_pro
         with torch.inference_mode():
             mel = flow.inference(token, torch.tensor([upto], dtype=torch.int32, device=device), prompt, prompt_len,
                                  prompt_feat, embedding, streaming=not finalize, finalize=finalize,
-                                 before_step=before_step)
+                                 before_step=before_step, solve=solve, generator=generator)
             return vocoder.push(mel[:, :, state["offset"] * ratio:], finalize)
 
     def ready() -> Iterator[torch.Tensor]:

@@ -8,7 +8,8 @@ with a look-ahead context, a padded batch); CosyVoice 3's look-ahead layer; and 
 streaming chunk, as the last streaming chunk and without a prompt. Bitwise where the set's fingerprint is this
 machine's; elsewhere (tests/fallback.py) within TOLERANCE (measured spread: spread.json). In process: the masks
 need no host read, upstream's repair of a row that sees nothing, the fixed noise and the global generator, the
-DiT's LayerSteps with emulated graphs, every attention call at its site with upstream's mask, one-line errors.
+DiT's LayerSteps with emulated graphs, the whole solve without a host read and replayed through emulated graphs
+(-m gpu: CUDA graphs) as the eager mel, every attention call at its site with upstream's mask, one-line errors.
 """
 
 import functools
@@ -219,6 +220,59 @@ def test_before_step_runs_before_every_euler_step(models):
     with torch.inference_mode():
         run_flow(models, refs, key, info()["cases"][key], before_step=lambda: calls.append(1))
     assert len(calls) == flow.STEPS
+
+
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_the_solve_reads_nothing_back_from_the_device(models, version):
+    key = f"{version}/flow/stream_chunk"
+    case = info()["cases"][key]
+    model = models[version]
+    with torch.inference_mode():
+        model.decoder.noise(1, torch.zeros(1))  # the fixed table is built once per device, before any capture
+        with HostReads() as mode:
+            run_flow(models, inputs(), key, case)
+    assert mode.reads == []
+
+
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_the_solve_replayed_through_emulated_graphs_is_the_eager_mel(models, version):
+    refs, recorded = inputs(), info()
+    graphs = EmulatedGraphs()
+    solve = flow.SolveGraphs(models[version].decoder, graphs)
+    cases = {k: c for k, c in recorded["cases"].items() if k.startswith(version)}
+    checks = []
+    with torch.inference_mode():
+        for _ in range(2):  # the second round replays what the first captured
+            for key, case in cases.items():
+                want = run_flow(models, refs, key, case)
+                got = run_flow(models, refs, key, case, solve=solve, generator=graphs.generator,
+                               before_step=lambda: checks.append(1))
+                assert torch.equal(got, want), key
+    signatures = {(refs[f"{k}/token"].shape[1] + refs[f"{k}/prompt_token"].shape[1], c["streaming"], c["finalize"])
+                  for k, c in cases.items()}
+    assert graphs.captures == len(signatures) and len(checks) == 2 * len(cases)  # one check per graphed solve
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_on_cuda_the_graphed_solve_is_the_eager_mel(version):
+    from mizuoto.runtime.graphs import Graphs
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    device = torch.device("cuda")
+    refs = {k: v.to(device) for k, v in inputs().items()}
+    models = {k: v.to(device) for k, v in build(info(), inputs()).items()}
+    graphs = Graphs(device)
+    solve = flow.SolveGraphs(models[version].decoder, graphs)
+    generator = torch.Generator(device).manual_seed(0)
+    with torch.inference_mode(), torch.cuda.device(device):
+        for key, case in info()["cases"].items():
+            if key.startswith(version):
+                want = run_flow(models, refs, key, case)
+                for _ in range(2):  # the capture, then a replay
+                    got = run_flow(models, refs, key, case, solve=solve, generator=generator)
+                    assert torch.equal(got, want), key
 
 
 def test_bad_requests_are_one_line_errors(models):
