@@ -41,9 +41,10 @@ class CosyVoiceModel:
     @torch.inference_mode()
     def token2wav(self, tokens: list[int], prompt_token: torch.Tensor, prompt_feat: torch.Tensor,
                   embedding: torch.Tensor, speed: float = 1.0, *, generator=None,
-                  before_step: Callable[[], None] | None = None, solve: SolveGraphs | None = None) -> torch.Tensor:
+                  before_step: Callable[[], None] | None = None, solve: SolveGraphs | None = None,
+                  decode=None) -> torch.Tensor:
         """The final token2wav of a request: -> (1, samples). `solve`: the flow's SolveGraphs (CUDA graphs of its
-        solver), else its eager solver."""
+        solver), else its eager solver; `decode`: HiFT's compiled decode (hift.compile_decode), else eager."""
         if speed <= 0:
             raise InputError(f"speed must be above 0, got {speed}")
         device = prompt_feat.device
@@ -56,9 +57,10 @@ class CosyVoiceModel:
         if speed != 1.0:
             mel = F.interpolate(mel, size=int(mel.shape[2] / speed), mode="linear")
         if self.version == 2:
-            wave, _ = self.hift.inference(mel, generator, cache_source=torch.zeros(1, 1, 0, device=device))
+            wave, _ = self.hift.inference(mel, generator, cache_source=torch.zeros(1, 1, 0, device=device),
+                                          decode=decode)
         else:
-            wave, _ = self.hift.inference(mel, finalize=True)
+            wave, _ = self.hift.inference(mel, finalize=True, decode=decode)
         return wave
 
     def tts(self, text, prompt_text, llm_prompt_speech_token, flow_prompt_speech_token, prompt_speech_feat,

@@ -41,8 +41,8 @@ CV2_SOURCE_CACHE = CV2_MEL_CACHE * 480  # its source_cache_len (samples)
 class HiFTStream:
     """CosyVoice2Model.token2wav's HiFT part for one request (its hift_cache_dict entry)."""
 
-    def __init__(self, hift: torch.nn.Module, generator: torch.Generator):
-        self.hift, self.generator = hift, generator
+    def __init__(self, hift: torch.nn.Module, generator: torch.Generator, decode=None):
+        self.hift, self.generator, self.decode = hift, generator, decode
         self.cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # mel, source, speech
         # np.hamming in float64, as upstream multiplies by it (float32 * float64 promotes, then stored as float32)
         self.window = torch.from_numpy(np.hamming(2 * CV2_SOURCE_CACHE))
@@ -60,7 +60,7 @@ class HiFTStream:
             cache_source = self.cache[1]
         else:
             cache_source = torch.zeros(1, 1, 0, device=mel.device)
-        speech, source = self.hift.inference(mel, self.generator, cache_source=cache_source)
+        speech, source = self.hift.inference(mel, self.generator, cache_source=cache_source, decode=self.decode)
         if self.cache is not None:
             speech = self._fade(speech, self.cache[2])
         if finalize:
@@ -72,15 +72,16 @@ class HiFTStream:
 def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_prompt_tokens: torch.Tensor,
                    flow_prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, *,
                    generator: torch.Generator, params, before_step: Callable[[], None] | None = None,
-                   steps=None, solve=None) -> Iterator[torch.Tensor]:
+                   steps=None, solve=None, decode=None) -> Iterator[torch.Tensor]:
     """One request's waveform, chunk by chunk ((1, n) each, on the model's device): CosyVoiceModel's LM, flow and
-    vocoder as upstream's tts(stream=True); `steps` the LM's DecoderSteps, `solve` the flow's SolveGraphs."""
+    vocoder as upstream's tts(stream=True); `steps` the LM's DecoderSteps, `solve` the flow's SolveGraphs, `decode`
+    HiFT's compiled decode."""
     flow, device = model.flow, prompt_feat.device
     look, ratio = flow.config.pre_lookahead_len, flow.config.token_mel_ratio
     prompt = flow_prompt_tokens.to(torch.int32)
     prompt_len = torch.tensor([prompt.shape[1]], dtype=torch.int32, device=device)
     pad = math.ceil(prompt.shape[1] / TOKEN_HOP) * TOKEN_HOP - prompt.shape[1]
-    vocoder = HiFTStream(model.hift, generator) if model.version == 2 else CausalHiFTStream(model.hift)
+    vocoder = HiFTStream(model.hift, generator, decode) if model.version == 2 else CausalHiFTStream(model.hift, decode)
     tokens: list[int] = []
     state = {"offset": 0, "hop": TOKEN_HOP}
 

@@ -386,10 +386,11 @@ class HiFTGenerator(nn.Module):
         return self.decode(mel, self.source(f0, generator, cpu_generator))
 
     def inference(self, mel: torch.Tensor, generator: torch.Generator, cache_source: torch.Tensor | None = None,
-                  cpu_generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  cpu_generator: torch.Generator | None = None, decode=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Upstream's `inference(speech_feat, cache_source)`, as CosyVoice2Model.token2wav calls it: mel -> (wave,
         source). The source's first samples are replaced by `cache_source` (B, 1, n) when given (the previous
-        chunk's source, so a stream keeps its phase); the draws are made first, as upstream makes them."""
+        chunk's source, so a stream keeps its phase); the draws are made first, as upstream makes them. `decode`:
+        this model's `compile_decode`, else its eager decode."""
         source = self.source(self.predict_f0(mel), generator, cpu_generator)
         if cache_source is not None and cache_source.shape[-1] != 0:
             if cache_source.dim() != 3 or cache_source.shape[:2] != source.shape[:2] \
@@ -397,7 +398,7 @@ class HiFTGenerator(nn.Module):
                 raise InputError(f"HiFT's cache_source must be (batch {source.shape[0]}, 1, at most "
                                  f"{source.shape[2]} samples), got {tuple(cache_source.shape)}")
             source[:, :, :cache_source.shape[2]] = cache_source
-        return self.decode(mel, source), source
+        return (decode or self.decode)(mel, source), source
 
     def _check_mel(self, mel: torch.Tensor) -> None:
         if not isinstance(mel, torch.Tensor) or mel.dim() != 3 or mel.shape[1] != self.config.in_channels \
@@ -411,6 +412,28 @@ class HiFTGenerator(nn.Module):
 
 LEGACY = ("weight_g", "weight_v")  # torch.nn.utils.weight_norm
 PARAMETRIZED = ("parametrizations.weight.original0", "parametrizations.weight.original1")  # parametrizations
+
+
+class Decode(nn.Module):
+    """A HiFT's `decode` (mel + source -> wave) as a module of its own, so it can be compiled alone."""
+
+    def __init__(self, hift: nn.Module):
+        super().__init__()
+        self.hift = hift
+
+    def forward(self, mel: torch.Tensor, source: torch.Tensor, *finalize: bool) -> torch.Tensor:
+        return self.hift.decode(mel, source, *finalize)
+
+
+def compile_decode(hift: nn.Module, option: bool, name: str, device=None):
+    """compute.compile for a HiFT (this one or hift_causal's): its decode alone, the convolution stack and the
+    inverse STFT that take nearly all its time; None where the option is off (runtime.compile.compile_module).
+    The F0 predictor and the source stay eager: the f0 sets the source's phase sample after sample, so a compiled
+    predictor's last-bit differences would grow along the utterance (the seed measured 1e-2 in the audio), where
+    the decode's stay at the rounding of its own outputs."""
+    from mizuoto.runtime.compile import compile_module
+
+    return compile_module(Decode(hift), option, name, device)
 
 
 def weight_normed(model: HiFTGenerator) -> list[str]:

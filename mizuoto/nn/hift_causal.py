@@ -259,18 +259,19 @@ class CausalHiFTGenerator(nn.Module):
             wave = wave[:, :-config.samples_per_frame]
         return wave.clamp(-config.audio_limit, config.audio_limit)
 
-    def forward(self, mel: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+    def forward(self, mel: torch.Tensor, finalize: bool = True, decode=None) -> torch.Tensor:
         """Upstream's `inference(speech_feat, finalize)` -> the wave (its source: `inference`)."""
-        return self.inference(mel, finalize)[0]
+        return self.inference(mel, finalize, decode)[0]
 
-    def inference(self, mel: torch.Tensor, finalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def inference(self, mel: torch.Tensor, finalize: bool = True, decode=None) -> tuple[torch.Tensor, torch.Tensor]:
         """mel (B, in_channels, T) -> (wave, source): T * samples_per_frame samples with `finalize`, else
-        (T - 3 - conv_pre_look_right - 1) * samples_per_frame (see the module's docstring)."""
+        (T - 3 - conv_pre_look_right - 1) * samples_per_frame (see the module's docstring). `decode`: this model's
+        hift.compile_decode, else its eager decode."""
         source = self.source(self.predict_f0(mel, finalize))
         if not finalize:
             self._check_mel(mel, F0_LOOK_AHEAD + self.config.conv_pre_look_right + 1)
             mel = mel[:, :, :-F0_LOOK_AHEAD]
-        return self.decode(mel, source, finalize), source
+        return (decode or self.decode)(mel, source, finalize), source
 
     def _check_mel(self, mel: torch.Tensor, frames: int = 1) -> None:
         if not isinstance(mel, torch.Tensor) or mel.dim() != 3 or mel.shape[1] != self.config.in_channels \
@@ -284,14 +285,14 @@ class CausalHiFTStream:
     """CosyVoice3Model.token2wav's HiFT part for one utterance: each chunk's mel is appended to the mel so far, the
     whole is vocoded again (`finalize` on the last chunk) and the samples not returned before are returned."""
 
-    def __init__(self, model: CausalHiFTGenerator):
-        self.model = model
+    def __init__(self, model: CausalHiFTGenerator, decode=None):
+        self.model, self.decode = model, decode
         self.mel: torch.Tensor | None = None
         self.offset = 0
 
     def push(self, mel: torch.Tensor, finalize: bool) -> torch.Tensor:
         self.mel = mel if self.mel is None else torch.cat([self.mel, mel], dim=2)
-        wave = self.model(self.mel, finalize=finalize)[:, self.offset:]
+        wave = self.model(self.mel, finalize=finalize, decode=self.decode)[:, self.offset:]
         self.offset += wave.shape[1]
         return wave
 
