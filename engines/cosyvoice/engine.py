@@ -32,6 +32,7 @@ from torch import nn
 
 from mizuoto.core.errors import InputError
 from mizuoto.core.options import RuntimeOptions
+from mizuoto.nn.hift import compile_decode
 from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
@@ -44,6 +45,8 @@ from .text import normalize, text_frontend
 from .tokenizer import CosyVoiceTokenizer
 
 END_OF_PROMPT = "<|endofprompt|>"
+# what every output's report says of the text normaliser (text.text_frontend's name)
+NORMALISERS = {"wetext": "wetext", "none": "upstream's rules without wetext (wetext is not installed)"}
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +64,8 @@ class CosyVoiceLoaded:
     handle: ModelHandle
     options: RuntimeOptions
 
+    details: dict = field(default_factory=dict)  # for every output's report: the text normaliser this process uses
+    compiled_decode: object = None  # compute.compile: HiFT's decode compiled (None: eager)
     _steps: list = field(default_factory=list)  # [(graphs, the LM's DecoderSteps)]
     _solve: list = field(default_factory=list)  # [(graphs, the flow's SolveGraphs)]
 
@@ -105,18 +110,30 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     campplus = checkpoint.load_campplus(files, device)
     model = CosyVoiceModel(lm, flow, vocoder)
     # wetext changes the text when it is installed (upstream's default then): say which normaliser this process uses
-    log.info("CosyVoice %d text normaliser: %s", files.version, text_frontend().name)
+    normaliser = text_frontend().name
+    log.info("CosyVoice %d text normaliser: %s", files.version, normaliser)
     modules = nn.ModuleList([lm, flow, vocoder, speech_tokenizer, campplus])
     for name, module in zip(("llm.pt", "flow.pt", "hift.pt"), (lm, flow, vocoder), strict=True):
         checkpoint.check_materialised(module, name)
-    return CosyVoiceLoaded(files.version, model, tokenizer, speech_tokenizer, campplus, checkpoint.load_speakers(files),
-                           checkpoint.sampling(files, doc), rate, str(source), ModelHandle(modules, device), options)
+    loaded = CosyVoiceLoaded(files.version, model, tokenizer, speech_tokenizer, campplus,
+                             checkpoint.load_speakers(files), checkpoint.sampling(files, doc), rate, str(source),
+                             ModelHandle(modules, device), options,
+                             details={"text_normaliser": NORMALISERS[normaliser]})
+    return _compiled(loaded, options)
+
+
+def _compiled(loaded: CosyVoiceLoaded, options: RuntimeOptions) -> CosyVoiceLoaded:
+    """compute.compile: HiFT's decode compiled (hift.compile_decode: its F0 predictor and source stay eager)."""
+    return replace(loaded, options=options, compiled_decode=compile_decode(
+        loaded.model.hift, options.compile, f"cosyvoice{loaded.version}.hift", loaded.device))
 
 
 def rebind(previous: CosyVoiceLoaded, options: RuntimeOptions) -> CosyVoiceLoaded:
-    """The same weights under other runtime options: nothing reloads; the handle, its CUDA graphs and the LM's steps
-    are shared."""
-    return replace(previous, options=options)
+    """The same weights under other runtime options: nothing reloads; the handle, its CUDA graphs, the LM's steps
+    and the flow's solve are shared; HiFT's compiled decode follows compute.compile."""
+    if options.compile == previous.options.compile:
+        return replace(previous, options=options)
+    return _compiled(previous, options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,7 +263,8 @@ def fragments(loaded: CosyVoiceLoaded, request: Request, ctx: RequestContext, sp
                                          params=loaded.sampling, steps=loaded.lm_steps())
             wave = model.token2wav(tokens, request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
                                    request.embedding.to(device), speed, generator=generator,
-                                   before_step=ctx.raise_if_cancelled, solve=loaded.flow_solve())
+                                   before_step=ctx.raise_if_cancelled, solve=loaded.flow_solve(),
+                                   decode=loaded.compiled_decode)
         ctx.progress(done + 1, len(request.texts))
         yield tokens, wave.float().cpu()
 
@@ -282,7 +300,8 @@ def speak_stream(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params
             loaded.model, torch.tensor([ids], dtype=torch.int32, device=device), prompt_text,
             request.llm_prompt_tokens.to(device), request.flow_prompt_tokens.to(device), request.prompt_feat.to(device),
             request.embedding.to(device), generator=generator, params=loaded.sampling,
-            before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps(), solve=loaded.flow_solve())
+            before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps(), solve=loaded.flow_solve(),
+            decode=loaded.compiled_decode)
         while True:
             with ctx.step():
                 wave = next(chunks, None)

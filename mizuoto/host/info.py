@@ -20,6 +20,9 @@ class LoadedModelInfo:
     fused_projections: bool
     fast: tuple[str, ...]
     load_options: dict[str, Any] = field(default_factory=dict)
+    # what the engine's load chose that changes its output and no setting names (the engine state's `details`:
+    # CosyVoice's text normaliser, wetext when it is installed)
+    details: dict[str, Any] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         return {
@@ -35,4 +38,5 @@ class LoadedModelInfo:
                 "fused_projections": self.fused_projections,
                 "load_options": dict(self.load_options),
             },
+            "details": dict(self.details),
         }

@@ -115,6 +115,7 @@ def load_model(engine: str, model: str | Path | None = None, *, device: str = "a
         fused_projections=bool(getattr(state, "fused_projections", False)),
         fast=features.applied(),
         load_options=dict(options.load_options),
+        details=dict(getattr(state, "details", None) or {}),
     )
     handle = getattr(state, "handle", None)
     patcher = comfy.managed(handle.modules, torch_device) if handle is not None else None

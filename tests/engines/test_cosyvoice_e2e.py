@@ -213,5 +213,50 @@ def test_speak_joins_the_fragments_and_a_seed_repeats(voices):
     assert torch.equal(torch.cat(pieces, dim=1), first)
 
 
+def test_every_report_says_which_text_normaliser_ran(tmp_path, monkeypatch):
+    from mizuoto.engines.cosyvoice import text
+    from mizuoto.host import load_model, speak
+
+    info, refs = committed()
+    release = cosyvoice_parts.e2e_release(folder(), tmp_path, "cv2")
+    wave, rate = cosyvoice_parts.e2e_recording(refs, info, "a")
+    for frontend, said in ((text.NO_FRONTEND, "upstream's rules without wetext (wetext is not installed)"),
+                           (text.TextFrontend("wetext", zh=None, en=None), "wetext")):
+        monkeypatch.setattr(engine, "text_frontend", lambda frontend=frontend: frontend)
+        assert engine.load(release, torch.device("cpu"), torch.float32, OPTIONS).details == {"text_normaliser": said}
+    monkeypatch.undo()
+    loaded = load_model("cosyvoice", release)  # the process's own normaliser, in the host's report
+    report = speak(loaded, "Hello.", seed=1, params={"mode": "cross_lingual"}, reference=(wave[None], rate)).report
+    assert report["details"] == {"text_normaliser": engine.NORMALISERS[text.text_frontend().name]}
+
+
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_compute_compile_compiles_hifts_decode_alone_and_a_rebind_turns_it_off(voices, monkeypatch, version):
+    from mizuoto.runtime.compile import Compiled
+
+    compiled = []
+
+    def fake_compile(module, dynamic):  # what torch.compile is given, run as it is (the same audio)
+        compiled.append(type(module).__name__)
+
+        def run(*args):
+            compiled.append("call")
+            return module(*args)
+        return run
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    info, refs = committed()
+    ref = cosyvoice_parts.e2e_recording(refs, info, "a")
+    params = {**DEFAULTS, "mode": "cross_lingual"}
+    eager, _ = engine.speak(voices[version], "Hello there.", RequestContext(3), params, ref)
+    on = engine.rebind(voices[version], replace(OPTIONS, compile=True))
+    assert isinstance(on.compiled_decode, Compiled) and on.handle is voices[version].handle
+    wave, _ = engine.speak(on, "Hello there.", RequestContext(3), params, ref)
+    assert torch.equal(wave, eager) and compiled[0] == "Decode" and compiled.count("call") == 1
+    streamed = list(engine.speak_stream(on, "Hello there.", RequestContext(3), params, ref))
+    assert compiled.count("call") == 1 + len(streamed)  # every chunk's vocoding
+    assert engine.rebind(on, OPTIONS).compiled_decode is None
+
+
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
