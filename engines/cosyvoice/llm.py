@@ -28,7 +28,7 @@ from mizuoto.runtime import accel
 from mizuoto.runtime.accel import sdpa_reference
 from mizuoto.runtime.graphs import DecoderSteps, Graphs
 
-from .ras import RELEASED, RasParams, ras
+from .ras import RELEASED, DeviceRas, RasParams, ras
 
 
 def transformers_4_51_sdpa(q, k, v, mask, causal, scale, enable_gqa, dropout_p):
@@ -150,21 +150,26 @@ class CosyVoiceLM(nn.Module):
     @torch.inference_mode()
     def generate(self, text: torch.Tensor, prompt_text: torch.Tensor, prompt_speech_token: torch.Tensor, *,
                  generator: torch.Generator | None = None, params: RasParams = RELEASED,
-                 before_step: Callable[[], None] | None = None, steps: DecoderSteps | None = None) -> Iterator[int]:
+                 before_step: Callable[[], None] | None = None, steps: DecoderSteps | None = None,
+                 on_device: bool | None = None) -> Iterator[int]:
         """upstream's inference: text (1, N) and prompt_text (1, P) text ids, prompt_speech_token (1, S) -> the
-        speech tokens one by one (a stop id ends them and is not yielded)."""
+        speech tokens one by one (a stop id ends them and is not yielded). `on_device`: sample with ras.DeviceRas
+        (one host read a step; upstream's draws on CUDA) rather than ras.ras; None: on CUDA."""
         if text.shape[0] != 1:
             raise InputError(f"the LM speaks one request at a time, got a batch of {text.shape[0]}")
         lm_input = self.prompt(text, prompt_text, prompt_speech_token)
         min_len = int(text.shape[1] * MIN_TOKEN_TEXT_RATIO)
         max_len = int(text.shape[1] * MAX_TOKEN_TEXT_RATIO)
         stops, end, out = self.config.stop_ids, self.config.speech_token_size, []
+        if on_device is None:
+            on_device = lm_input.device.type == "cuda"
+        sampler = DeviceRas(params, lm_input.device) if on_device else None
 
         def choose(step: int, logits: torch.Tensor) -> int | None:
             logp = logits.log_softmax(dim=-1)
             if step < min_len:
                 logp[end] = -float("inf")
-            top = ras(logp, out, params, generator)
+            top = sampler(logp, generator) if sampler is not None else ras(logp, out, params, generator)
             if top in stops:
                 return None
             out.append(top)

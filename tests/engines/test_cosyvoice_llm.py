@@ -23,7 +23,7 @@ if __name__ == "__main__":  # run as the pinned script: tests/ (helpers.py) is n
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cosyvoice_parts  # noqa: E402
 from fallback import Comparison  # noqa: E402
-from helpers import reference_sets, run_pinned  # noqa: E402
+from helpers import HostReads, reference_sets, run_pinned  # noqa: E402
 
 from mizuoto.core.errors import InputError  # noqa: E402
 from mizuoto.engines.cosyvoice import llm, ras  # noqa: E402
@@ -153,6 +153,67 @@ def test_top_p_is_compared_in_float32():
     assert picks == {0}  # the list stopped after the first entry
 
 
+def upstream_kept(scores, top_p, top_k=25) -> int:
+    """How many entries upstream's nucleus_sampling loop keeps."""
+    values, cum, n = scores.softmax(dim=0).sort(descending=True, stable=True)[0], 0.0, 0
+    for value in values:
+        if not (cum < top_p and n < top_k):
+            break
+        cum, n = cum + value, n + 1
+    return n
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0], ids=["flat", "peaked", "one-hot"])
+def test_the_device_nucleus_keeps_upstreams_list_without_a_host_read(scale):
+    g = torch.Generator().manual_seed(4)
+    for top_p in (0.8, 0.3, 0.95):
+        for _ in range(40):
+            scores = (torch.randn(300, generator=g) * scale).log_softmax(0)
+            head = scores.softmax(0).sort(descending=True, stable=True)[0][:25]
+            with HostReads() as mode:
+                mask = ras.kept(head, top_p)
+            assert mode.reads == [] and int(mask.sum()) == upstream_kept(scores, top_p)
+            assert bool(mask[: int(mask.sum())].all())  # a prefix
+    boundary = torch.tensor([0.7, 0.2, 0.1]).log()  # the float32 comparison: a sum equal to float32(0.7) stops
+    assert int(ras.kept(boundary.softmax(0), 0.7).sum()) == upstream_kept(boundary, 0.7) == 1
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0], ids=["flat", "peaked", "one-hot"])
+def test_device_ras_draws_upstreams_ids_and_state_with_one_read_a_step_where_the_list_is_top_k(scale):
+    """On the CPU a kept list shorter than top_k consumes fewer numbers than DeviceRas's top_k (CUDA's Philox
+    does not: the -m gpu test below): with top_p above 1 every list is top_k long and the draws must agree."""
+    params = ras.RasParams(top_p=2.0)
+    g = torch.Generator().manual_seed(3)
+    theirs_g, ours_g = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    decoded, sampler, reads = [], ras.DeviceRas(params, "cpu"), 0
+    for _ in range(60):
+        scores = (torch.randn(300, generator=g) * scale).log_softmax(0)
+        want = upstream_ras(scores.clone(), decoded, theirs_g, top_p=2.0)
+        with HostReads() as mode:
+            got = sampler(scores.clone(), ours_g)
+        reads += len(mode.reads)
+        assert got == want
+        decoded.append(want)
+    assert torch.equal(theirs_g.get_state(), ours_g.get_state()) and reads == 60
+    assert len(set(decoded)) < len(decoded)  # the repetition redraw ran
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scale", [0.5, 3.0, 12.0], ids=["flat", "peaked", "one-hot"])
+def test_on_cuda_device_ras_is_upstreams_draw_for_draw_at_the_released_settings(scale):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    g = torch.Generator().manual_seed(3)
+    theirs_g, ours_g = torch.Generator("cuda").manual_seed(9), torch.Generator("cuda").manual_seed(9)
+    decoded, sampler = [], ras.DeviceRas(ras.RELEASED, "cuda")
+    for _ in range(60):
+        scores = (torch.randn(300, generator=g) * scale).log_softmax(0).cuda()
+        want = upstream_ras(scores.clone(), decoded, theirs_g)
+        assert sampler(scores.clone(), ours_g) == want
+        decoded.append(want)
+    assert torch.equal(theirs_g.get_state(), ours_g.get_state())
+
+
 def test_silent_tokens_after_five_in_a_row_are_dropped_for_cosyvoice_3_only():
     stream = [1, 2, 28, 29, 55, 248, 494, 7, 2241, 2241]
     assert list(llm.keep_silences(iter(stream), 3)) == [1, 2, 28, 29, 55, 7, 2241, 2241]
@@ -207,6 +268,26 @@ def _decode_both_ways(version: str, device: str, graphs) -> tuple[list[int], lis
     # the graphs draw nothing (RAS samples eagerly with the request's generator), so no Graphs.drawing
     stepped = list(model.generate(*ids, generator=torch.Generator(device).manual_seed(seed), steps=model.steps(graphs)))
     return eager, stepped
+
+
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_generate_on_device_waits_once_a_step(version, monkeypatch):
+    from mizuoto.runtime.accel import dispatch
+
+    monkeypatch.setattr(dispatch, "DEBUG", False)  # DEBUG's mask check reads tensors on purpose
+    recorded, refs = info(), inputs()
+    model = build(recorded, version)
+    key = next(k for k in recorded["cases"] if k.startswith(version))
+    ids, seed, params = case_inputs(refs, key), recorded["cases"][key]["seed"], ras.RasParams(top_p=2.0)
+    steps = model.steps(None)
+    host = list(model.generate(*ids, generator=torch.Generator().manual_seed(seed), params=params, steps=steps))
+    with HostReads() as mode:
+        device = list(model.generate(*ids, generator=torch.Generator().manual_seed(seed), params=params, steps=steps,
+                                     on_device=True))
+    assert device == host and len(host) > 1
+    stopped = len(host) < int(ids[0].shape[1] * llm.MAX_TOKEN_TEXT_RATIO)  # then the stop's step read too
+    checked = version == "cv3"  # CosyVoice 3's check that the text holds <|endofprompt|>, once before the prefill
+    assert len(mode.reads) == len(host) + stopped + checked
 
 
 @pytest.mark.parametrize("version", ["cv2", "cv3"])
