@@ -146,5 +146,26 @@ def test_speak_stream_yields_the_chunks_and_refuses_a_speed(tmp_path):
         next(engine.speak_stream(loaded["cv3"], "Hello.", RequestContext(1), {**params, "speed": 1.5}, ref))
 
 
+@pytest.mark.parametrize("version", ["cv2", "cv3"])
+def test_a_stream_cancelled_mid_way_stops_and_the_seed_then_repeats_its_chunks(tmp_path, version):
+    from mizuoto.core.errors import Cancelled
+
+    loaded = voices(tmp_path)[version]
+    info, _ = committed()
+    e2e_info, e2e_refs = cosyvoice_parts.e2e_committed(folder("cosyvoice_e2e"))
+    case = next(c for k, c in info["cases"].items() if k.startswith(version) and sum(c["chunks"]) > 1)
+    ref = cosyvoice_parts.e2e_recording(e2e_refs, e2e_info, case["args"]["recording"])
+    params = {**ENGINE.speak_defaults(), "mode": "cross_lingual"}
+    whole = list(engine.speak_stream(loaded, case["args"]["tts_text"], RequestContext(case["seed"]), params, ref))
+    ctx = RequestContext(case["seed"])
+    chunks = engine.speak_stream(loaded, case["args"]["tts_text"], ctx, params, ref)
+    assert torch.equal(next(chunks), whole[0])
+    ctx.cancel()
+    with pytest.raises(Cancelled):
+        next(chunks)
+    again = list(engine.speak_stream(loaded, case["args"]["tts_text"], RequestContext(case["seed"]), params, ref))
+    assert len(again) == len(whole) and all(torch.equal(a, b) for a, b in zip(again, whole, strict=True))
+
+
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
