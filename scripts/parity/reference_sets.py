@@ -196,6 +196,13 @@ SETS = {s.name: s for s in (
     ReferenceSet("cosyvoice_llm", None, (("cosyvoice_llm_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (Qwen2LM and CosyVoice3LM.inference with ras_sampling over "
                           "transformers 4.51.3's Qwen2)"),
+    ReferenceSet("indextts/w2vbert", "indextts", (("indextts_w2vbert_references.py", OUT),),
+                 upstream="transformers 4.52.1 (Wav2Vec2BertModel and SeamlessM4TFeatureExtractor, as IndexTTS 2 runs "
+                          "facebook/w2v-bert-2.0)"),
+    ReferenceSet("indextts/codec", None, (("indextts_codec_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (the MaskGCT semantic codec: RepCodec)"),
+    ReferenceSet("indextts/conditioning", None, (("indextts_conditioning_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (UnifiedVoice v2's Conformer and Perceiver conditioning)"),
     ReferenceSet("cosyvoice_model", None, (("cosyvoice_model_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Model and CosyVoice3Model.tts(stream=False): the "
                           "LM in its thread, then token2wav with speed)"),
