@@ -425,13 +425,15 @@ def checkpoint_bytes(folder: Path) -> dict:
 
 class Split:
     """Wall seconds per stage of our engine's request: the LM (model.speech_tokens), the flow (flow.inference)
-    and HiFT (hift.inference), wrapped on one loaded model (instance attributes; `remove` puts them back). `sync`
-    waits for the device before each clock read (for a GPU: the stages' own time, at the cost of the waits)."""
+    and HiFT (hift.inference), wrapped on one loaded model (instance attributes; `remove` puts them back); `cpu`
+    the same in process CPU seconds (time.process_time: what a busy shared machine moves least). `sync` waits for
+    the device before each clock read (for a GPU: the stages' own time, at the cost of the waits)."""
 
     def __init__(self, loaded, sync=None):
         self.model = loaded.model
         self.sync = sync or (lambda: None)
         self.seconds = {"lm": 0.0, "flow": 0.0, "hift": 0.0}
+        self.cpu = dict(self.seconds)
         self.tokens = 0
         self.speech = []  # each fragment's speech tokens
         self._wrap(self.model, "speech_tokens", "lm")
@@ -445,10 +447,11 @@ class Split:
 
         def timed(*args, **kwargs):
             self.sync()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             out = original(*args, **kwargs)
             self.sync()
             self.seconds[stage] += time.perf_counter() - start
+            self.cpu[stage] += time.process_time() - cpu
             if stage == "lm":
                 self.tokens += len(out)
                 self.speech.append(list(out))
@@ -458,6 +461,7 @@ class Split:
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(self.seconds, 0.0)
+        self.cpu = dict(self.seconds)
         self.tokens = 0
         self.speech = []
 
