@@ -196,6 +196,9 @@ SETS = {s.name: s for s in (
     ReferenceSet("cosyvoice_llm", None, (("cosyvoice_llm_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (Qwen2LM and CosyVoice3LM.inference with ras_sampling over "
                           "transformers 4.51.3's Qwen2)"),
+    ReferenceSet("cosyvoice_bistream", None, (("cosyvoice_bistream_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="FunAudioLLM/CosyVoice ace7c47 (Qwen2LM and CosyVoice3LM.inference_bistream with "
+                          "ras_sampling over transformers 4.51.3's Qwen2: text arriving in pieces)"),
     ReferenceSet("indextts/w2vbert", "indextts", (("indextts_w2vbert_references.py", OUT),),
                  upstream="transformers 4.52.1 (Wav2Vec2BertModel and SeamlessM4TFeatureExtractor, as IndexTTS 2 runs "
                           "facebook/w2v-bert-2.0)"),
