@@ -23,7 +23,7 @@ for text holding '<|' and '|>').
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
 from . import checkpoint, stream
+from .bistream import generate_bistream
 from .flow import SolveGraphs
 from .model import CosyVoiceModel
 from .ras import RasParams
@@ -183,9 +184,11 @@ def _ints(tensor: torch.Tensor) -> list[int]:
     return [int(i) for i in tensor.reshape(-1).tolist()]
 
 
-def build_request(loaded: CosyVoiceLoaded, text: str, params: dict,
+def build_request(loaded: CosyVoiceLoaded, text: str | None, params: dict,
                   reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None) -> Request:
-    if not (text or "").strip():
+    """The request's text fragments and prompt; `text` None: the prompt alone (texts empty), for a text that
+    arrives in pieces."""
+    if text is not None and not text.strip():
         raise InputError("the text is empty; give some words to speak")
     mode, speaker = params.get("mode", "zero_shot"), (params.get("speaker") or "").strip()
     system_prompt = params.get("system_prompt", "")
@@ -200,11 +203,11 @@ def build_request(loaded: CosyVoiceLoaded, text: str, params: dict,
     if entry is None and reference is None:
         raise InputError("CosyVoice clones a voice: connect a reference recording, or name a saved speaker of "
                          "spk2info.pt")
-    fragments = normalize(text, tokenizer, split=True, frontend=frontend)
+    fragments = [] if text is None else normalize(text, tokenizer, split=True, frontend=frontend)
     if mode == "cross_lingual":
         fragments = [_with_end_of_prompt(loaded, f, system_prompt) for f in fragments]
     texts = [tokenizer.encode(f) for f in fragments]
-    if not texts:
+    if not texts and text is not None:
         raise InputError("the text has nothing to speak once normalised (only punctuation?); give some words")
 
     if trained:  # inference_sft: the embedding alone, for the LM and the flow, no prompt
@@ -311,5 +314,36 @@ def speak_stream(loaded: CosyVoiceLoaded, text: str, ctx: RequestContext, params
         ctx.progress(done + 1, len(request.texts))
 
 
+def speak_text_stream(loaded: CosyVoiceLoaded, pieces: Iterable[str], ctx: RequestContext, params: dict,
+                      reference: tuple[torch.Tensor, int] | None = None, reference_text: str | None = None
+                      ) -> Iterator[torch.Tensor]:
+    """A text that arrives in pieces (an LLM's output, as it is written) spoken as it arrives: upstream's
+    CosyVoice2 / CosyVoice3 `inference_*` given a generator as tts_text with stream=True. Each piece is tokenised on
+    its own and not normalised (upstream's frontend passes a generator through), the LM is bistream.py's
+    inference_bistream, and the waveform comes chunk by chunk as in `speak_stream` ((1, n) float32 on the CPU).
+    The prompt is `speak`'s for the same parameters; CosyVoice 3 needs <|endofprompt|> in the prompt text, which
+    zero_shot and instruct give it (cross_lingual has no prompt text)."""
+    stream.check_streamable(float(params.get("speed", 1.0)))
+    request = build_request(loaded, None, params, reference, reference_text)  # the prompt: the text comes in pieces
+    device = loaded.device
+    generator = ctx.generator_for(device)
+    prompt_text = torch.tensor([request.prompt_text], dtype=torch.int32, device=device).reshape(1, -1)
+    llm_prompt = request.llm_prompt_tokens.to(device)
+    ids = (torch.tensor([[t]], dtype=torch.int32, device=device)
+           for piece in pieces for t in loaded.tokenizer.encode(piece))  # upstream feeds the LM one token at a time
+    tokens = generate_bistream(loaded.model.lm, ids, prompt_text, llm_prompt, generator=generator,
+                               params=loaded.sampling, before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps())
+    chunks = stream.stream_request(
+        loaded.model, None, prompt_text, llm_prompt, request.flow_prompt_tokens.to(device),
+        request.prompt_feat.to(device), request.embedding.to(device), generator=generator, params=loaded.sampling,
+        before_step=ctx.raise_if_cancelled, solve=loaded.flow_solve(), decode=loaded.compiled_decode, lm_tokens=tokens)
+    while True:
+        with ctx.step():
+            wave = next(chunks, None)
+        if wave is None:
+            return
+        yield wave.float().cpu()
+
+
 __all__ = ["CosyVoiceLoaded", "Request", "build_request", "fragments", "load", "rebind", "speak", "speak_request",
-           "speak_stream"]
+           "speak_stream", "speak_text_stream"]

@@ -72,10 +72,12 @@ class HiFTStream:
 def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_prompt_tokens: torch.Tensor,
                    flow_prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, *,
                    generator: torch.Generator, params, before_step: Callable[[], None] | None = None,
-                   steps=None, solve=None, decode=None) -> Iterator[torch.Tensor]:
+                   steps=None, solve=None, decode=None, lm_tokens: Iterator[int] | None = None
+                   ) -> Iterator[torch.Tensor]:
     """One request's waveform, chunk by chunk ((1, n) each, on the model's device): CosyVoiceModel's LM, flow and
     vocoder as upstream's tts(stream=True); `steps` the LM's DecoderSteps, `solve` the flow's SolveGraphs, `decode`
-    HiFT's compiled decode."""
+    HiFT's compiled decode; `lm_tokens`: the LM's speech tokens from elsewhere (bistream.generate_bistream, for a
+    text arriving in pieces), else `model.lm.generate` on `text`."""
     flow, device = model.flow, prompt_feat.device
     look, ratio = flow.config.pre_lookahead_len, flow.config.token_mel_ratio
     prompt = flow_prompt_tokens.to(torch.int32)
@@ -101,8 +103,8 @@ def stream_request(model, text: torch.Tensor, prompt_text: torch.Tensor, llm_pro
             state["hop"] = min(MAX_TOKEN_HOP, state["hop"] * HOP_SCALE)
             yield wave
 
-    lm = model.lm.generate(text, prompt_text, llm_prompt_tokens, generator=generator, params=params,
-                           before_step=before_step, steps=steps)
+    lm = lm_tokens if lm_tokens is not None else model.lm.generate(
+        text, prompt_text, llm_prompt_tokens, generator=generator, params=params, before_step=before_step, steps=steps)
     for token in keep_silences(lm, model.version):
         tokens.append(token)
         yield from ready()

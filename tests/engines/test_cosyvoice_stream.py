@@ -167,5 +167,42 @@ def test_a_stream_cancelled_mid_way_stops_and_the_seed_then_repeats_its_chunks(t
     assert len(again) == len(whole) and all(torch.equal(a, b) for a, b in zip(again, whole, strict=True))
 
 
+def test_a_text_arriving_in_pieces_is_spoken_chunk_by_chunk_through_the_bistream_lm(tmp_path):
+    from itertools import islice
+
+    from mizuoto.engines.cosyvoice import bistream
+
+    loaded = voices(tmp_path)["cv2"]
+    e2e_info, e2e_refs = cosyvoice_parts.e2e_committed(folder("cosyvoice_e2e"))
+    case = e2e_info["cases"]["cv2/zero_shot"]
+    ref = cosyvoice_parts.e2e_recording(e2e_refs, e2e_info, case["args"]["recording"])
+    params = {**ENGINE.speak_defaults(), "mode": "zero_shot"}
+    pieces = ["Hello there, ", "the text ", "arrives ", "as an LLM ", "writes it, piece by piece. " * 4]
+
+    def first_chunks(seed):  # the tiny random LM need not stop: two chunks are enough
+        chunks = engine.speak_text_stream(loaded, iter(pieces), RequestContext(seed), params, ref,
+                                          case["args"]["prompt_text"])
+        return list(islice(chunks, 2))
+
+    first = first_chunks(4)
+    assert len(first) == 2 and all(c.dim() == 2 and c.shape[1] > 0 for c in first)
+    assert all(torch.equal(a, b) for a, b in zip(first_chunks(4), first, strict=True))
+    # the same thing by hand: each piece tokenised on its own, upstream's inference_bistream, then the chunks
+    request = engine.build_request(loaded, None, params, ref, case["args"]["prompt_text"])
+    assert request.texts == []
+    generator = RequestContext(4).generator_for(loaded.device)
+    prompt_text = torch.tensor([request.prompt_text], dtype=torch.int32)
+    ids = [[t] for p in pieces for t in loaded.tokenizer.encode(p)]
+    tokens = bistream.generate_bistream(loaded.model.lm, ids, prompt_text, request.llm_prompt_tokens,
+                                        generator=generator, params=loaded.sampling)
+    by_hand = stream.stream_request(loaded.model, None, prompt_text, request.llm_prompt_tokens,
+                                    request.flow_prompt_tokens, request.prompt_feat, request.embedding,
+                                    generator=generator, params=loaded.sampling, lm_tokens=tokens)
+    assert all(torch.equal(a, b) for a, b in zip(islice(by_hand, 2), first, strict=True))
+    with pytest.raises(InputError, match="cannot be streamed"):
+        next(engine.speak_text_stream(loaded, iter(pieces), RequestContext(1), {**params, "speed": 1.5}, ref,
+                                      case["args"]["prompt_text"]))
+
+
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
