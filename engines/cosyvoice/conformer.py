@@ -9,8 +9,9 @@ cosyvoice/transformer/{upsample_encoder,encoder_layer,attention,embedding,subsam
     -> (B, 2T, 512)
 
 The attention is handwritten (the seed's HANDWRITTEN kind): scores (q + u)K^T + rel_shift((q + v)P^T), over
-sqrt(d_k), masked with -inf, softmax, masked to 0. It needs the position term inside the softmax, so it is no
-accel site; the operations and their layouts are upstream's, so the float results are too.
+sqrt(d_k), masked with -inf, softmax, masked to 0 (mizuoto/nn/wenet.py, shared with IndexTTS). It needs the
+position term inside the softmax, so it is no accel site; the operations and their layouts are upstream's, so
+the float results are too.
 
 Module and parameter names are upstream's (the keys of flow.pt under `encoder.`). Sizes: the hidden width is the
 checkpoint's; the pre-look-ahead and upsampling layers are 512 wide in upstream whatever the width (hard-coded
@@ -25,6 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from mizuoto.nn.wenet import FeedForward, RelPositionAttention
 
 from .masks import chunk_mask, valid_frames
 
@@ -71,56 +74,6 @@ class LinearEmbed(nn.Module):
         x = self.out(x) * self.xscale
         size, centre = x.size(1), table.size(1) // 2
         return x, table[:, centre - size + 1: centre + size]
-
-
-class RelPositionAttention(nn.Module):
-    """wenet's RelPositionMultiHeadedAttention (inference, no cache)."""
-
-    def __init__(self, size: int, heads: int):
-        super().__init__()
-        self.h, self.d_k = heads, size // heads
-        self.linear_q = nn.Linear(size, size)
-        self.linear_k = nn.Linear(size, size)
-        self.linear_v = nn.Linear(size, size)
-        self.linear_out = nn.Linear(size, size)
-        self.linear_pos = nn.Linear(size, size, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.d_k))
-        self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.d_k))
-
-    @staticmethod
-    def rel_shift(x: torch.Tensor) -> torch.Tensor:
-        """(B, H, T, 2T - 1) scores against positions T-1 .. -(T-1) -> (B, H, T, T) against each key."""
-        b, h, t, p = x.shape
-        padded = torch.cat([torch.zeros((b, h, t, 1), device=x.device, dtype=x.dtype), x], dim=-1)
-        return padded.view(b, h, p + 1, t)[:, :, 1:].view_as(x)[:, :, :, : p // 2 + 1]
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
-        """x (B, T, size); mask (B, 1 or T, T) True = may attend; pos_emb (1, 2T - 1, size)."""
-        batch = x.size(0)
-        q = self.linear_q(x).view(batch, -1, self.h, self.d_k)  # (B, T, H, d_k): upstream adds the biases here
-        k = self.linear_k(x).view(batch, -1, self.h, self.d_k).transpose(1, 2)
-        v = self.linear_v(x).view(batch, -1, self.h, self.d_k).transpose(1, 2)
-        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)
-        matrix_ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
-        matrix_bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
-        if matrix_ac.shape != matrix_bd.shape:
-            matrix_bd = self.rel_shift(matrix_bd)
-        scores = (matrix_ac + matrix_bd) / math.sqrt(self.d_k)
-        blocked = mask.unsqueeze(1).eq(0)[:, :, :, : scores.size(-1)]
-        attn = torch.softmax(scores.masked_fill(blocked, -float("inf")), dim=-1).masked_fill(blocked, 0.0)
-        out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(batch, -1, self.h * self.d_k)
-        return self.linear_out(out)
-
-
-class FeedForward(nn.Module):
-    def __init__(self, size: int, units: int):
-        super().__init__()
-        self.w_1 = nn.Linear(size, units)
-        self.activation = nn.SiLU()  # wenet's "swish"
-        self.w_2 = nn.Linear(units, size)
-
-    def forward(self, x):
-        return self.w_2(self.activation(self.w_1(x)))
 
 
 class ConformerLayer(nn.Module):

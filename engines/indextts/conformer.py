@@ -11,8 +11,9 @@ positions, the convolution module, no macaron unless asked for).
 
 The attention is handwritten (the seed's HANDWRITTEN kind, no accel site: the position term sits inside the softmax
 and no fused kernel computes it): scores ((q + u)K^T + (q + v)P^T) / sqrt(d_k) with P = linear_pos(pe[:T']) and,
-unlike CosyVoice's espnet attention (engines/cosyvoice/conformer.py), no rel_shift (upstream comments it out),
-masked with -inf, softmax, masked to 0. The operations and their layouts are upstream's, so the floats are too.
+unlike CosyVoice's espnet attention, no rel_shift (upstream comments it out), masked with -inf, softmax, masked
+to 0 (mizuoto/nn/wenet.py's RelPositionAttention, which both share). The operations and their layouts are
+upstream's, so the floats are too.
 
 The mask is upstream's ~make_pad_mask(lengths, T): frame t is valid where t < lengths[b]. infer_v2 passes
 lengths = features.shape[-1] (1024, the width, not the frame count), which leaves every frame valid up to 1024
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mizuoto.core.errors import InputError
+from mizuoto.nn.wenet import FeedForward, RelPositionAttention
 
 MAX_POSITIONS = 5000  # PositionalEncoding's max_len: the table's length
 
@@ -111,49 +113,6 @@ class Conv2dSubsampling2(nn.Module):
         return x, pos_emb, mask[:, :, 2::2]
 
 
-class RelPositionAttention(nn.Module):
-    """RelPositionMultiHeadedAttention without rel_shift (inference, no cache)."""
-
-    def __init__(self, heads: int, size: int):
-        super().__init__()
-        self.h, self.d_k = heads, size // heads
-        self.linear_q = nn.Linear(size, size)
-        self.linear_k = nn.Linear(size, size)
-        self.linear_v = nn.Linear(size, size)
-        self.linear_out = nn.Linear(size, size)
-        self.linear_pos = nn.Linear(size, size, bias=False)
-        self.pos_bias_u = nn.Parameter(torch.zeros(heads, self.d_k))
-        self.pos_bias_v = nn.Parameter(torch.zeros(heads, self.d_k))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pos_emb: torch.Tensor) -> torch.Tensor:
-        """x (B, T, size); mask (B, 1, T), True = a real key; pos_emb (1, T, size)."""
-        batch = x.size(0)
-        q = self.linear_q(x).view(batch, -1, self.h, self.d_k)  # (B, T, H, d_k): the biases are added here
-        k = self.linear_k(x).view(batch, -1, self.h, self.d_k).transpose(1, 2)
-        v = self.linear_v(x).view(batch, -1, self.h, self.d_k).transpose(1, 2)
-        p = self.linear_pos(pos_emb).view(pos_emb.size(0), -1, self.h, self.d_k).transpose(1, 2)
-        matrix_ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))
-        matrix_bd = torch.matmul((q + self.pos_bias_v).transpose(1, 2), p.transpose(-2, -1))
-        scores = (matrix_ac + matrix_bd) / math.sqrt(self.d_k)
-        blocked = mask.unsqueeze(1).eq(0)[:, :, :, : scores.size(-1)]
-        attn = torch.softmax(scores.masked_fill(blocked, -float("inf")), dim=-1).masked_fill(blocked, 0.0)
-        out = torch.matmul(attn, v).transpose(1, 2).contiguous().view(batch, -1, self.h * self.d_k)
-        return self.linear_out(out)
-
-
-class FeedForward(nn.Module):
-    """PositionwiseFeedForward with SiLU."""
-
-    def __init__(self, size: int, units: int):
-        super().__init__()
-        self.w_1 = nn.Linear(size, units)
-        self.activation = nn.SiLU()
-        self.w_2 = nn.Linear(units, size)
-
-    def forward(self, x):
-        return self.w_2(self.activation(self.w_1(x)))
-
-
 class ConvolutionModule(nn.Module):
     """Pointwise conv to 2C -> GLU -> depthwise conv (symmetric) -> LayerNorm over channels -> SiLU -> pointwise conv;
     padded frames are zeroed before and after."""
@@ -183,7 +142,7 @@ class ConformerLayer(nn.Module):
     def __init__(self, config: ConformerConfig):
         super().__init__()
         size = config.output_size
-        self.self_attn = RelPositionAttention(config.attention_heads, size)
+        self.self_attn = RelPositionAttention(size, config.attention_heads)
         self.feed_forward = FeedForward(size, config.linear_units)
         self.feed_forward_macaron = FeedForward(size, config.linear_units) if config.macaron else None
         self.conv_module = ConvolutionModule(size, config.kernel_size)
