@@ -1,6 +1,6 @@
 """CosyVoice's declaration (no torch import)."""
 
-from mizuoto.engines.spec import EngineSpec, Param, Reference
+from mizuoto.engines.spec import EngineSpec, Option, Param, Reference
 
 # What the reference (or a saved speaker) is used for, as upstream's CosyVoice2 / CosyVoice3 methods use it:
 #   zero_shot:     inference_zero_shot: the recording and its transcript lead the speech (the voice is continued);
@@ -27,6 +27,10 @@ ENGINE = EngineSpec(
     checkpoint_suffixes=(".yaml", ".pt"),  # or rather its folder (cosyvoice2.yaml / cosyvoice3.yaml beside the rest)
     repos=("FunAudioLLM/Fun-CosyVoice3-0.5B-2512", "FunAudioLLM/CosyVoice2-0.5B"),
     repo_files=RELEASE_FILES,
+    load_options=(
+        Option("fused_projections", bool, False, None, "stack each LM layer's q/k/v and gate/up projections into "
+               "one matmul each (faster; not bit-identical on CUDA)"),
+    ),
     # load_wav refuses rates below 16 kHz; the speech tokenizer takes at most 30 s
     reference=Reference(0.1, 30.0, transcript=True, transcript_unused_with="mode=cross_lingual|instruct",
                         help="a recording of the voice to clone (16 kHz or more, up to 30 s)"),

@@ -66,6 +66,7 @@ class CosyVoiceLoaded:
     options: RuntimeOptions
 
     details: dict = field(default_factory=dict)  # for every output's report: the text normaliser this process uses
+    fused_projections: bool = False  # load option: the LM's q/k/v and gate/up projections stacked
     compiled_decode: object = None  # compute.compile: HiFT's decode compiled (None: eager)
     _steps: list = field(default_factory=list)  # [(graphs, the LM's DecoderSteps)]
     _solve: list = field(default_factory=list)  # [(graphs, the flow's SolveGraphs)]
@@ -105,6 +106,9 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     rate = checkpoint.sample_rate(files, doc)
     tokenizer = CosyVoiceTokenizer.from_folder(files.blank_en, f"cv{files.version}")
     lm = checkpoint.load_lm(files, doc, device, dtype)
+    fused = bool(options.load_options.get("fused_projections", False))
+    if fused:  # opt-in: wider matmuls, other kernels on CUDA
+        lm.decoder.fuse()
     flow = checkpoint.load_flow(files, doc, device, dtype)
     vocoder = checkpoint.load_vocoder(files, doc, device, torch.float32)  # upstream keeps HiFT in float32
     speech_tokenizer = checkpoint.load_speech_tokenizer(files, device)
@@ -119,7 +123,7 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     loaded = CosyVoiceLoaded(files.version, model, tokenizer, speech_tokenizer, campplus,
                              checkpoint.load_speakers(files), checkpoint.sampling(files, doc), rate, str(source),
                              ModelHandle(modules, device), options,
-                             details={"text_normaliser": NORMALISERS[normaliser]})
+                             details={"text_normaliser": NORMALISERS[normaliser]}, fused_projections=fused)
     return _compiled(loaded, options)
 
 

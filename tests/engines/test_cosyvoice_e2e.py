@@ -230,6 +230,19 @@ def test_every_report_says_which_text_normaliser_ran(tmp_path, monkeypatch):
     assert report["details"] == {"text_normaliser": engine.NORMALISERS[text.text_frontend().name]}
 
 
+def test_fused_projections_is_an_opt_in_load_option_close_to_the_exact_lm(voices, tmp_path):
+    fused = engine.load(cosyvoice_parts.e2e_release(folder(), tmp_path, "cv2"), torch.device("cpu"), torch.float32,
+                        replace(OPTIONS, load_options={"fused_projections": True}))
+    exact = voices["cv2"]
+    assert fused.fused_projections and not exact.fused_projections
+    assert hasattr(fused.model.lm.decoder.layers[0].self_attn, "qkv_proj")
+    ids = torch.tensor([exact.tokenizer.encode("Hello there.")], dtype=torch.int32)
+    lm_input = exact.model.lm.prompt(ids, torch.zeros(1, 0, dtype=torch.int32), torch.zeros(1, 0, dtype=torch.int32))
+    tokens = [5, 17, 300, 42]
+    torch.testing.assert_close(fused.model.lm.teacher_forced(lm_input, tokens),
+                               exact.model.lm.teacher_forced(lm_input, tokens), rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("version", ["cv2", "cv3"])
 def test_compute_compile_compiles_hifts_decode_alone_and_a_rebind_turns_it_off(voices, monkeypatch, version):
     from mizuoto.runtime.compile import Compiled
