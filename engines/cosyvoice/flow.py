@@ -174,7 +174,8 @@ class Flow(nn.Module):
     def condition(self, token, token_len, prompt_token, prompt_token_len, embedding, finalize: bool,
                   streaming: bool):
         """Everything before the solver: -> (mu (1, T, 80), spks (1, 80))."""
-        embedding = self.spk_embed_affine_layer(F.normalize(embedding, dim=1))
+        # a float32 embedding (the reference's CAM++) meets half weights as upstream's autocast would cast it
+        embedding = self.spk_embed_affine_layer(F.normalize(embedding, dim=1).to(self.spk_embed_affine_layer.weight))
         token, token_len = torch.concat([prompt_token, token], dim=1), prompt_token_len + token_len
         mask = valid_frames(token_len, token.size(1)).unsqueeze(-1).to(embedding)
         token = self.input_embedding(torch.clamp(token, min=0)) * mask

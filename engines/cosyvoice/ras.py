@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from mizuoto.runtime.sampling import multinomial1
@@ -47,17 +46,11 @@ def nucleus(scores: torch.Tensor, params: RasParams, generator: torch.Generator 
     """nucleus_sampling: scores (V,) -> one id."""
     values, indices = scores.softmax(dim=0).sort(descending=True, stable=True)
     head = values[: params.top_k]
-    # upstream sums 0-d float32 tensors one by one and compares the sum with top_p: float32 additions in order
-    # (torch compares a float32 tensor with a Python float in float32: top_p is rounded to float32 first)
-    leading, top_p = head.cpu().numpy(), np.float32(params.top_p)
-    total, kept = np.float32(0.0), 0
-    for value in leading:
-        if not (total < top_p and kept < params.top_k):
-            break
-        total = np.float32(total + value)
-        kept += 1
-    choice, _ = multinomial1(head[:kept], generator)
-    return int(indices[:kept][choice])
+    # upstream sums 0-d tensors of the scores' dtype one by one and compares the sum with top_p (torch compares a
+    # float32 tensor with a Python float in float32: top_p is rounded first): `kept`'s additions, on the host
+    count = int(kept(head.cpu(), params.top_p).sum())
+    choice, _ = multinomial1(head[:count], generator)
+    return int(indices[:count][choice])
 
 
 def ras(scores: torch.Tensor, decoded: Sequence[int], params: RasParams, generator: torch.Generator | None) -> int:

@@ -230,6 +230,22 @@ def test_every_report_says_which_text_normaliser_ran(tmp_path, monkeypatch):
     assert report["details"] == {"text_normaliser": engine.NORMALISERS[text.text_frontend().name]}
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_half_precisions_speak_both_versions(tmp_path, dtype):
+    """The loader's lower precisions (upstream's fp16 runs the LM and the flow in half): the reference's float32
+    embedding meets the half flow, RAS sums its nucleus in the scores' dtype; HiFT stays float32."""
+    info, refs = committed()
+    ref = cosyvoice_parts.e2e_recording(refs, info, "a")
+    for version in ("cv2", "cv3"):
+        voice = engine.load(cosyvoice_parts.e2e_release(folder(), tmp_path, version), torch.device("cpu"), dtype,
+                            OPTIONS)
+        assert next(voice.model.lm.parameters()).dtype == dtype and next(voice.model.hift.parameters()).dtype == \
+            torch.float32
+        wave, rate = engine.speak(voice, "Hello there.", RequestContext(2), {**DEFAULTS, "mode": "cross_lingual"},
+                                  ref)
+        assert wave.dtype == torch.float32 and wave.shape[1] > 0 and bool(wave.isfinite().all())
+
+
 def test_fused_projections_is_an_opt_in_load_option_close_to_the_exact_lm(voices, tmp_path):
     fused = engine.load(cosyvoice_parts.e2e_release(folder(), tmp_path, "cv2"), torch.device("cpu"), torch.float32,
                         replace(OPTIONS, load_options={"fused_projections": True}))
