@@ -27,8 +27,8 @@ requests of each: the best wall seconds, the real-time factor (wall / audio seco
 timed with a device wait at each stage's ends), and torch.cuda.max_memory_allocated over the load and over the
 requests. Graphs on must equal graphs off (tokens, audio, stream chunks); compile's distance is reported. A
 failure in float32 (the engine's exact default) fails the check (exit 1); a lower precision the engine cannot run
-is listed under `unsupported` (at the time of writing both fail on the CPU: bfloat16 in the LM's RAS, which reads
-its nucleus through numpy, and float16 in the flow, whose float32 speaker embedding meets half weights).
+is listed under `unsupported` (both run on the CPU since RAS sums its nucleus in the scores' dtype and the flow
+casts the speaker embedding to its weights' dtype).
 
 `--device cpu` runs the same code without graphs (they are a no-op there) and without compile unless --compile;
 with --tiny (the parity sets' tiny sizes, TINY_TEXT: 100 speech tokens) it checks the script itself. Its numbers
