@@ -28,7 +28,7 @@ timed with a device wait at each stage's ends), and torch.cuda.max_memory_alloca
 requests. Graphs on must equal graphs off (tokens, audio, stream chunks); compile's distance is reported. A
 failure in float32 (the engine's exact default) fails the check (exit 1); a lower precision the engine cannot run
 is listed under `unsupported` (both run on the CPU since RAS sums its nucleus in the scores' dtype and the flow
-casts the speaker embedding to its weights' dtype).
+casts the speaker embedding to its weights' dtype); such a precision is reported once, its other settings skipped.
 
 `--device cpu` runs the same code without graphs (they are a no-op there) and without compile unless --compile;
 with --tiny (the parity sets' tiny sizes, TINY_TEXT: 100 speech tokens) it checks the script itself. Its numbers
