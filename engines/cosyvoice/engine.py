@@ -76,25 +76,23 @@ class CosyVoiceLoaded:
         return self.handle.device
 
     def lm_steps(self):
-        """The LM's decode step, with CUDA graphs when usable (kept per graphs object: they hold the weights'
-        addresses and stay with the loaded model across requests)."""
-        graphs = self.handle.graphs_for(self.options.cuda_graphs)
-        for known, steps in self._steps:
-            if known is graphs:
-                return steps
-        steps = self.model.lm.steps(graphs)
-        self._steps[:] = [(graphs, steps)]
-        return steps
+        """The LM's decode step, with CUDA graphs when usable."""
+        return self._kept(self._steps, self.model.lm.steps)
 
     def flow_solve(self) -> SolveGraphs:
-        """The flow's solver, one CUDA graph per frame count when usable (kept like the LM's steps)."""
+        """The flow's solver, one CUDA graph per frame count when usable."""
+        return self._kept(self._solve, lambda graphs: SolveGraphs(self.model.flow.decoder, graphs))
+
+    def _kept(self, cache: list, build):
+        """`build(graphs)` for the model's current Graphs (or None), kept per graphs object: its graphs hold the
+        weights' addresses and stay with the loaded model across requests (and rebinds, which share `cache`)."""
         graphs = self.handle.graphs_for(self.options.cuda_graphs)
-        for known, solve in self._solve:
+        for known, built in cache:
             if known is graphs:
-                return solve
-        solve = SolveGraphs(self.model.flow.decoder, graphs)
-        self._solve[:] = [(graphs, solve)]
-        return solve
+                return built
+        built = build(graphs)
+        cache[:] = [(graphs, built)]
+        return built
 
 
 def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
@@ -333,8 +331,7 @@ def speak_text_stream(loaded: CosyVoiceLoaded, pieces: Iterable[str], ctx: Reque
     generator = ctx.generator_for(device)
     prompt_text = torch.tensor([request.prompt_text], dtype=torch.int32, device=device).reshape(1, -1)
     llm_prompt = request.llm_prompt_tokens.to(device)
-    ids = (torch.tensor([[t]], dtype=torch.int32, device=device)
-           for piece in pieces for t in loaded.tokenizer.encode(piece))  # upstream feeds the LM one token at a time
+    ids = ([t] for piece in pieces for t in loaded.tokenizer.encode(piece))  # upstream feeds one token at a time
     tokens = generate_bistream(loaded.model.lm, ids, prompt_text, llm_prompt, generator=generator,
                                params=loaded.sampling, before_step=ctx.raise_if_cancelled, steps=loaded.lm_steps())
     chunks = stream.stream_request(
