@@ -63,7 +63,7 @@ def beam_sample(step: Step, first_logits: torch.Tensor, prompt_ids: torch.Tensor
                 max_new_tokens: int, num_beams: int = 3, top_k: int | None = 30, top_p: float = 0.8,
                 temperature: float = 0.8, repetition_penalty: float = 10.0, length_penalty: float = 0.0,
                 early_stopping: bool | str = False, num_return_sequences: int = 1,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None, lookahead: bool = False) -> torch.Tensor:
     """transformers' generate(do_sample=True, num_beams=...) from logits: the generated tokens (prompt excluded),
     (B * num_return_sequences, T) long on the logits' device, as upstream's `output[:, trunc_index:]`.
 
@@ -72,7 +72,11 @@ def beam_sample(step: Step, first_logits: torch.Tensor, prompt_ids: torch.Tensor
     expanded prompt, or (B, V) (then repeated). `step` gives the logits after each chosen token (see `Step`); with
     num_beams 1 its rows argument is always arange(R). `generator` None is the device's default generator, as
     upstream's torch.multinomial takes. The defaults are IndexTTS 2's (infer_v2.py); max_length is
-    prompt length + max_new_tokens.
+    prompt length + max_new_tokens. top_k None or 0 is off (transformers' GenerationConfig would default to 50).
+
+    `lookahead` calls `step` for the next logits before the step's read, so the device has the next forward queued
+    while the host waits: the same tokens, but `step` is also called after the last token (its logits unused)
+    unless max_new_tokens was reached.
     """
     k = _check_int("num_beams", num_beams, 1)
     n = _check_int("num_return_sequences", num_return_sequences, 1)
@@ -107,9 +111,9 @@ def beam_sample(step: Step, first_logits: torch.Tensor, prompt_ids: torch.Tensor
     sampler = Sampler(params, vocab, first_logits.device)
     seen = seen_mask(prompt_ids.to(first_logits.device), vocab).repeat_interleave(per_item, dim=0)
     if k == 1:
-        return _sample(step, first_logits, seen, sampler, int(eos), int(pad), steps, generator)
+        return _sample(step, first_logits, seen, sampler, int(eos), int(pad), steps, generator, bool(lookahead))
     return _BeamSearch(batch, k, n, vocab, int(eos), int(pad), steps, float(length_penalty), early_stopping,
-                       first_logits.device).run(step, first_logits, seen, sampler, generator)
+                       first_logits.device).run(step, first_logits, seen, sampler, generator, bool(lookahead))
 
 
 def _check_int(name: str, value, least: int) -> int:
@@ -123,7 +127,7 @@ def _raise_invalid() -> None:
 
 
 def _sample(step: Step, logits: torch.Tensor, seen: torch.Tensor, sampler: Sampler, eos: int, pad: int,
-            steps: int, generator) -> torch.Tensor:
+            steps: int, generator, lookahead: bool) -> torch.Tensor:
     """transformers' `_sample` with do_sample (num_beams 1): one token per row, pad once a row has ended."""
     rows, device = logits.shape[0], logits.device
     same_rows = torch.arange(rows, device=device)
@@ -138,12 +142,13 @@ def _sample(step: Step, logits: torch.Tensor, seen: torch.Tensor, sampler: Sampl
         mark_seen(seen, tokens)
         running = running & (tokens != eos)
         taken += 1
+        ahead = step(tokens, same_rows) if lookahead and taken < steps else None
         flags = int(running.any().to(torch.int8) + 2 * invalid.any().to(torch.int8))  # the step's one read
         if flags & 2:
             _raise_invalid()
         if not flags & 1 or taken >= steps:
             return generated[:, :taken]
-        logits = step(tokens, same_rows)
+        logits = ahead if ahead is not None else step(tokens, same_rows)
 
 
 class _BeamSearch:
@@ -228,7 +233,8 @@ class _BeamSearch:
         self.beam_scores = next_scores.view(-1)
         return next_tokens.view(-1), next_rows.view(-1), invalid
 
-    def run(self, step: Step, logits: torch.Tensor, seen: torch.Tensor, sampler: Sampler, generator):
+    def run(self, step: Step, logits: torch.Tensor, seen: torch.Tensor, sampler: Sampler, generator,
+            lookahead: bool) -> torch.Tensor:
         taken = 0
         while True:
             tokens, rows, invalid = self.choose(logits, seen, sampler, taken, generator)
@@ -236,12 +242,13 @@ class _BeamSearch:
             self.generated[:, taken] = tokens
             seen = mark_seen(seen.index_select(0, rows), tokens)
             taken += 1
+            ahead = step(tokens, rows) if lookahead and taken < self.steps else None
             flags = int(self.done.all().to(torch.int8) + 2 * invalid.any().to(torch.int8))  # the step's one read
             if flags & 2:
                 _raise_invalid()
             if flags & 1 or taken >= self.steps:
                 return self.finalize(taken)
-            logits = step(tokens, rows)
+            logits = ahead if ahead is not None else step(tokens, rows)
 
     def finalize(self, taken: int) -> torch.Tensor:
         """BeamSearchScorer.finalize: the unfinished items' beams join their lists; the best of each list."""

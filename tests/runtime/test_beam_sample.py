@@ -305,6 +305,24 @@ def test_exactly_one_host_read_per_step():
         assert len(reads.reads) == steps + finalize_reads, reads.reads
 
 
+@pytest.mark.parametrize("beams", (1, 3))
+def test_lookahead_gives_the_same_tokens_with_one_read_per_step(beams):
+    vocab = 23
+    model, prompt = quantized_toy(1, vocab), torch.ones(1, 4, dtype=torch.long)
+    results, calls = [], []
+    for lookahead in (False, True):
+        step = Recompute(model, prompt, beams)
+        first = step.first()
+        with HostReads() as reads:
+            results.append(beam_sample(step, first, prompt, eos=vocab - 1, pad=vocab - 1, max_new_tokens=30,
+                                       num_beams=beams, generator=torch.Generator().manual_seed(3),
+                                       lookahead=lookahead))
+        calls.append(step.calls)
+        assert len(reads.reads) == calls[0] + 1 + (beams > 1)  # the steps (without lookahead's extra call)
+    assert torch.equal(results[0], results[1])
+    assert calls[1] == calls[0] + 1  # the ended step's logits were asked for, and not used
+
+
 def test_the_penalty_sees_the_placeholder_prompt():
     """Upstream's prompt (1s, then start_mel_token) is in input_ids: with one step and a huge penalty those ids
     are never drawn where others are possible."""
