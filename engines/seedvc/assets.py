@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mizuoto.core.errors import CheckpointError
+from mizuoto.engines import asset_files
 
 # upstream's v1 offline conversion model (seed_vc_wrapper.py: _load_base_model)
 DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"
@@ -87,27 +88,13 @@ def dit_files(path: Path) -> tuple[Path, Path]:
     return checkpoint, configs[0]
 
 
-def candidates(folder: Path, repo: str) -> list[Path]:
-    owner, _, name = repo.rpartition("/")
-    names = [f"{owner}--{name}", name] if owner else [name]
-    return [base / n for base in (folder, folder.parent) for n in names]
-
-
 def find_folder(folder: Path, repo: str, needs: str, what: str) -> Path:
-    for candidate in candidates(folder, repo):
-        if (candidate / needs).is_file():
-            return candidate
-    raise CheckpointError(f"Seed-VC needs {what} ({repo}): put its files in {folder.parent / repo.replace('/', '--')} "
-                          f"(with {needs}); none was found there or in {folder}")
+    return asset_files.find_folder("Seed-VC", folder, repo, needs, what)
 
 
 def find_file(folder: Path, repo: str, name: str, what: str) -> Path:
     """A single-file asset: in the model folder itself, or in its repo's folder inside or beside it."""
-    for candidate in [folder] + candidates(folder, repo):
-        if (candidate / name).is_file():
-            return candidate / name
-    raise CheckpointError(f"Seed-VC needs {what} ({repo}): put {name} in "
-                          f"{folder.parent / repo.replace('/', '--')} or in {folder}")
+    return asset_files.find_file("Seed-VC", folder, repo, name, what)
 
 
 def find_campplus(folder: Path) -> Path:
