@@ -95,8 +95,7 @@ def make_speaker(spec: EngineSpec) -> type:
                                                               f"({spec.reference.min_seconds:g}-"
                                                               f"{spec.reference.max_seconds:g} s)"})
             for i in range(1, spec.reference.extra + 1):
-                optional[f"extra_reference_{i}"] = (AUDIO, {"tooltip": "another recording of the same voice: its "
-                                                                       "timbre is averaged with the reference's"})
+                optional[f"extra_reference_{i}"] = (AUDIO, {"tooltip": spec.reference.extra_help})
             if spec.reference.transcript:
                 optional["reference_text"] = ("STRING", {"multiline": True, "default": "",
                                                          "tooltip": "what the reference audio says"})

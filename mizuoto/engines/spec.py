@@ -61,8 +61,10 @@ class Reference:
     # the speak parameter that leaves the transcript unread: "name" (a bool, when on), "name=value" or
     # "name=value|other" (any of the values)
     transcript_unused_with: str | None = None
-    # further recordings of the same voice the engine can take beside it (their timbre only; GPT-SoVITS averages them)
+    # further recordings the engine can take beside it (GPT-SoVITS: more of the same voice, their timbres averaged;
+    # IndexTTS: the emotion's recording), and what the node's tooltip says of each
     extra: int = 0
+    extra_help: str = "another recording of the same voice: its timbre is averaged with the reference's"
 
     def needs_transcript(self, params: dict) -> bool:
         if not self.transcript:
