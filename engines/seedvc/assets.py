@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mizuoto.core.errors import CheckpointError
-from mizuoto.engines import asset_files
+from mizuoto.core import asset_files
 
 # upstream's v1 offline conversion model (seed_vc_wrapper.py: _load_base_model)
 DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"
