@@ -37,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mizuoto.core.errors import CheckpointError
 from mizuoto.core import asset_files
+from mizuoto.core.errors import CheckpointError
 
 # upstream's v1 offline conversion model (seed_vc_wrapper.py: _load_base_model)
 DIT_CHECKPOINT = "DiT_seed_v2_uvit_whisper_small_wavenet_bigvgan_pruned.pth"

@@ -4,7 +4,10 @@
 # not installable as a package): the writers put a checkout on sys.path and take its path as --checkout; the parts that
 # come from transformers (w2v-BERT 2.0 and its SeamlessM4T feature extractor, GPT-2, the beam search) run from PyPI.
 # CPU only, Python 3.11, torch 2.13.0; transformers 4.52.1 (upstream's pin: its vendored beam-search utilities import
-# only there), tokenizers 0.21.4, einops, munch, omegaconf, sentencepiece, scipy, numpy 1.26.4. torchaudio 2.11.1 is
+# only there), tokenizers 0.21.4, einops, munch, omegaconf, sentencepiece, scipy, numpy 1.26.4. The text front end
+# (utils/front.py) imports only sentencepiece and its normaliser: wetext 0.1.0 over kaldifst 1.7.17 (upstream's uv.lock;
+# the FSTs ship in the wheel), the normaliser upstream loads off Linux. On Linux it loads WeTextProcessing, which needs
+# pynini; indextts_text_references.py runs the wetext branch. torchaudio 2.11.1 is
 # imported at the top of upstream's utils/common.py and codec modules but its compiled libraries do not load beside this
 # torch: they are removed, which leaves its pure-Python parts working (ENGINES.md §1).
 set -euo pipefail
@@ -22,6 +25,7 @@ fsspec==2026.9.0
 hf-xet==1.8.0
 huggingface_hub==0.36.2
 idna==3.21
+kaldifst==1.7.17
 munch==4.0.0
 numpy==1.26.4
 omegaconf==2.3.0
@@ -38,7 +42,9 @@ tqdm==4.70.1
 transformers==4.52.1
 typing_extensions==4.16.0
 urllib3==2.8.0
+wetext==0.1.0
 PINS
 rm -f "$VENV"/lib/python3*/site-packages/torchaudio/lib/*.so
 "$VENV/bin/python" -c "import transformers, einops, omegaconf, munch, sentencepiece, scipy, torchaudio.functional
-from transformers import Wav2Vec2BertModel, SeamlessM4TFeatureExtractor, GPT2Model"
+from transformers import Wav2Vec2BertModel, SeamlessM4TFeatureExtractor, GPT2Model
+from wetext import Normalizer"

@@ -206,6 +206,20 @@ SETS = {s.name: s for s in (
                  upstream="index-tts/index-tts ee40fa7 (the MaskGCT semantic codec: RepCodec)"),
     ReferenceSet("indextts/conditioning", None, (("indextts_conditioning_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="index-tts/index-tts ee40fa7 (UnifiedVoice v2's Conformer and Perceiver conditioning)"),
+    ReferenceSet("indextts/gpt", None, (("indextts_gpt_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (UnifiedVoice v2's GPT over transformers 4.52.1's GPT2Model)"),
+    ReferenceSet("indextts/text", None, (("indextts_text_references.py", OUT, "--checkout", CHECKOUT),),
+                 floats=False,
+                 upstream="index-tts/index-tts ee40fa7 (utils/front.py TextNormalizer and TextTokenizer over wetext "
+                          "and sentencepiece)"),
+    ReferenceSet("indextts/beam", None, (("indextts_beam_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (GenerationMixin's beam sampling over transformers 4.52.1's "
+                          "BeamSearchScorer, on a toy LM)"),
+    ReferenceSet("indextts/s2mel", None, (("indextts_s2mel_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (infer_v2's reference audio path, s2mel and BigVGAN)"),
+    ReferenceSet("indextts/e2e", None, (("indextts_e2e_references.py", OUT, "--checkout", CHECKOUT),),
+                 upstream="index-tts/index-tts ee40fa7 (IndexTTS2.infer on a tiny release folder: every emotion mode "
+                          "and a text of several segments)"),
     ReferenceSet("cosyvoice_model", None, (("cosyvoice_model_references.py", OUT, "--checkout", CHECKOUT),),
                  upstream="FunAudioLLM/CosyVoice ace7c47 (CosyVoice2Model and CosyVoice3Model.tts(stream=False): the "
                           "LM in its thread, then token2wav with speed)"),

@@ -42,7 +42,8 @@ NODES = {"MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak", "MizuotoDummyLoader"
          "MizuotoAccelPolicy", "MizuotoDoctor", "MizuotoWhisperLoader",
          "MizuotoWhisperTranscribe", "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoQwen3TTSLoader",
          "MizuotoQwen3TTSSpeak", "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak", "MizuotoSeedVCLoader",
-         "MizuotoSeedVCConvert", "MizuotoGPTSoVITSLoader", "MizuotoGPTSoVITSSpeak"}
+         "MizuotoSeedVCConvert", "MizuotoGPTSoVITSLoader", "MizuotoGPTSoVITSSpeak", "MizuotoIndexTTSLoader",
+         "MizuotoIndexTTSSpeak"}
 
 
 def test_mappings_and_display_names(pack):

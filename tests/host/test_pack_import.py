@@ -58,7 +58,8 @@ def test_pack_adds_only_mizuoto(repo, tmp_path):
     assert result["mappings"] == ["MizuotoAccelPolicy", "MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak",
                                   "MizuotoDoctor", "MizuotoDummyLoader", "MizuotoDummySpeak",
                                   "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoGPTSoVITSLoader",
-                                  "MizuotoGPTSoVITSSpeak", "MizuotoQwen3TTSLoader",
+                                  "MizuotoGPTSoVITSSpeak", "MizuotoIndexTTSLoader", "MizuotoIndexTTSSpeak",
+                                  "MizuotoQwen3TTSLoader",
                                   "MizuotoQwen3TTSSpeak", "MizuotoSeedVCConvert", "MizuotoSeedVCLoader",
                                   "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak",
                                   "MizuotoWhisperLoader", "MizuotoWhisperTranscribe"]

@@ -59,12 +59,14 @@ def test_wheel_contains_everything_and_works(repo, tmp_path):
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["mizuoto"] == str(site / "mizuoto")
-    assert result["engines"] == ["cosyvoice", "dummy", "f5tts", "gpt_sovits", "qwen3tts", "seedvc", "voxcpm", "whisper"]
+    assert result["engines"] == ["cosyvoice", "dummy", "f5tts", "gpt_sovits", "indextts", "qwen3tts", "seedvc",
+                                 "voxcpm", "whisper"]
     assert result["samples"] > 1000
     assert result["nodes"] == ["MizuotoAccelPolicy", "MizuotoCosyVoiceLoader", "MizuotoCosyVoiceSpeak", "MizuotoDoctor",
                                "MizuotoDummyLoader", "MizuotoDummySpeak",
                                "MizuotoF5TTSLoader", "MizuotoF5TTSSpeak", "MizuotoGPTSoVITSLoader",
-                               "MizuotoGPTSoVITSSpeak", "MizuotoQwen3TTSLoader",
+                               "MizuotoGPTSoVITSSpeak", "MizuotoIndexTTSLoader", "MizuotoIndexTTSSpeak",
+                               "MizuotoQwen3TTSLoader",
                                "MizuotoQwen3TTSSpeak", "MizuotoSeedVCConvert", "MizuotoSeedVCLoader",
                                "MizuotoVoxCPMLoader", "MizuotoVoxCPMSpeak",
                                "MizuotoWhisperLoader", "MizuotoWhisperTranscribe"]

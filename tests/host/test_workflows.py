@@ -41,6 +41,7 @@ TEMPLATES = {
     "dummy": "Dummy - hum a sentence with the built-in test model, nothing to download",
     "f5tts": "F5-TTS - speak in the voice of a reference recording",
     "gpt_sovits": "GPT-SoVITS - speak Chinese and English in the voice of a reference recording",
+    "indextts": "IndexTTS - speak in the voice of a reference recording with an emotion",
     "qwen3tts": "Qwen3-TTS - speak with one of the preset voices",
     "seedvc": "Seed-VC - convert a recording into the voice of another",
     "seedvc_singing": "Seed-VC - sing a song in the voice of another recording",
