@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import gc
 import io
 import json
@@ -82,6 +81,9 @@ else:  # a memory child: the same pins, without the writer's imports before the 
     e2e = None
 import indextts_release as release  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))
+import indextts_gpu_check as gpu_check  # noqa: E402  (the released sizes, defined once)
 
 SET = REPO / "tests" / "parity" / "data" / "indextts" / "e2e"
 CASE = "speaker"  # the set's case: its text, seed and keywords
@@ -365,20 +367,8 @@ FULL_SEED = 11
 FULL_CODES = 80  # max_mel_tokens: every request decodes this many codes (the stop row is held down)
 FULL_STOP_BIAS = -60.0  # added to mel_head.bias[stop_mel_token] (the recipe's own +STOP_BIAS undone first)
 FULL_GENERATION = {"max_mel_tokens": FULL_CODES}
-# IndexTeam/IndexTTS-2 config.yaml's sizes (version 2.0), over the tiny config's flags and file names (the same)
-FULL_SIZES = {
-    "gpt": {"model_dim": 1280, "max_mel_tokens": 1815, "max_text_tokens": 600, "heads": 20, "layers": 24,
-            "number_text_tokens": 12000, "number_mel_codes": 8194, "start_mel_token": 8192, "stop_mel_token": 8193,
-            "condition_module": {"output_size": 512, "linear_units": 2048, "attention_heads": 8, "num_blocks": 6,
-                                 "input_layer": "conv2d2", "perceiver_mult": 2},
-            "emo_condition_module": {"output_size": 512, "linear_units": 1024, "attention_heads": 4, "num_blocks": 4,
-                                     "input_layer": "conv2d2", "perceiver_mult": 2}},
-    "semantic_codec": {"codebook_size": 8192, "hidden_size": 1024, "codebook_dim": 8, "vocos_dim": 384,
-                       "vocos_intermediate_dim": 2048, "vocos_num_layers": 12},
-    "s2mel": {"length_regulator": {"channels": 512}, "DiT": {"hidden_dim": 512, "num_heads": 8, "depth": 13,
-                                                            "content_dim": 512},
-              "wavenet": {"hidden_dim": 512, "num_layers": 8, "kernel_size": 5}},
-}
+# IndexTeam/IndexTTS-2 config.yaml's sizes (version 2.0): the GPU check's table (scripts/indextts_gpu_check.py)
+FULL_SIZES = gpu_check.RELEASED
 # facebook/w2v-bert-2.0's config.json (transformers' Wav2Vec2BertConfig keys)
 W2V_FULL = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096,
             "conv_depthwise_kernel_size": 31, "position_embeddings_type": "relative_key", "add_adapter": False,
@@ -389,18 +379,12 @@ CHECKPOINTS = ("gpt.pth", "s2mel.pth", "hf_cache/w2v-bert-2.0/model.safetensors"
                "hf_cache/bigvgan/bigvgan_generator.pt")
 
 
-def merged(base: dict, sizes: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in sizes.items():
-        out[key] = merged(out.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
 @contextlib.contextmanager
 def released_sizes():
     """indextts_release's tiny sizes swapped for the released ones while the recipe is made."""
     saved = release.TINY_CONFIG, release.W2V_CONFIG, release.BIGVGAN_SIZES
-    release.TINY_CONFIG, release.W2V_CONFIG, release.BIGVGAN_SIZES = merged(saved[0], FULL_SIZES), W2V_FULL, {}
+    full = gpu_check.merged(saved[0], FULL_SIZES)
+    release.TINY_CONFIG, release.W2V_CONFIG, release.BIGVGAN_SIZES = full, W2V_FULL, {}
     try:
         yield
     finally:
