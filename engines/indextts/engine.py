@@ -273,13 +273,15 @@ def segments(loaded: IndexTTSLoaded, text: str, ctx: RequestContext, params: dic
         pieces = loaded.text.segments(tokens, int(params.get("max_text_tokens_per_segment", 120)))
         if not pieces:
             raise InputError("the text has nothing to speak once normalised (only punctuation?); give some words")
+        # upstream recomputes these two for every segment; they draw nothing, so once gives the same values
+        latents = loaded.gpt.speaker(speaker.features)
+        emovec = loaded.gpt.merge_emovec(speaker.features, emotion_features, alpha=alpha)
+        if vector is not None:
+            emovec = emotions.mix_emotion_vector(emovec, weights, mixed)
         for done, piece in enumerate(pieces):
             with ctx.step():
                 ids = torch.tensor([loaded.text.ids(piece)], dtype=torch.int32, device=device)
-                emovec = loaded.gpt.merge_emovec(speaker.features, emotion_features, alpha=alpha)
-                if vector is not None:
-                    emovec = emotions.mix_emotion_vector(emovec, weights, mixed)
-                segment = _segment(loaded, speaker, emovec, ids, params, generator, ctx)
+                segment = _segment(loaded, speaker, latents, emovec, ids, params, generator, ctx)
             ctx.progress(done + 1, len(pieces))
             yield segment
 
@@ -288,15 +290,15 @@ def reference_emotion(wave: torch.Tensor, rate: int) -> torch.Tensor:
     return reference.emotion_audio(wave, rate)
 
 
-def _segment(loaded: IndexTTSLoaded, speaker: Voice, emovec: torch.Tensor, ids: torch.Tensor, params: dict,
-             generator: torch.Generator, ctx: RequestContext) -> Segment:
+def _segment(loaded: IndexTTSLoaded, speaker: Voice, latents: torch.Tensor, emovec: torch.Tensor, ids: torch.Tensor,
+             params: dict, generator: torch.Generator, ctx: RequestContext) -> Segment:
     gpt, config = loaded.gpt, loaded.config
-    latents = gpt.speaker(speaker.features)
     conds = gpt.prefix(latents, emovec)
     embeds, mask = gpt.prompt(conds, ids)
     beams = int(params.get("num_beams", 3))
     steps = int(params.get("max_mel_tokens", 1500))
-    decode = gpt.decode(embeds, mask, beams, steps)
+    graphs = loaded.handle.graphs_for(loaded.options.cuda_graphs)
+    decode = gpt.decode(embeds, mask, beams, steps, graphs)
     # generate's input_ids: placeholder ones and the start mel token (the repetition penalty sees them)
     prompt_ids = torch.ones(1, embeds.shape[1] + 1, dtype=torch.long, device=embeds.device)
     prompt_ids[:, -1] = config.start_mel_token
@@ -318,7 +320,7 @@ def _segment(loaded: IndexTTSLoaded, speaker: Voice, emovec: torch.Tensor, ids: 
     latent = gpt.latents(latents, emovec, ids, codes)
     lengths = torch.tensor([length], dtype=torch.long, device=codes.device)
     mel = loaded.s2mel.mel(latent, codes, lengths, speaker.prompt, speaker.mel, speaker.style, loaded.codec,
-                           generator=generator)
+                           generator=generator, graphs=graphs)
     vocoded = loaded.vocoder(mel.float())
     pcm = torch.clamp(PCM16_MAX * vocoded.reshape(1, -1), -PCM16_MAX, PCM16_MAX)
     return Segment(codes, mel, vocoded, pcm.float().cpu())

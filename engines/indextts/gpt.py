@@ -36,7 +36,7 @@ from torch import nn
 from mizuoto.core.errors import InputError
 from mizuoto.nn.gpt2 import AttentionStep, GPT2Config, GPT2Decoder, transformers_sdpa
 from mizuoto.runtime import accel
-from mizuoto.runtime.graphs import Graphs
+from mizuoto.runtime.graphs import Graphs, LayerSteps
 
 from .conditioning import Conditioning, ConditioningConfig, ConditionModule
 
@@ -137,6 +137,7 @@ class UnifiedVoice(Conditioning):
         self.final_norm = nn.LayerNorm(dim)
         self.text_head = nn.Linear(dim, config.number_text_tokens * config.types + 1)
         self.mel_head = nn.Linear(dim, config.number_mel_codes)
+        self._steps: tuple | None = None  # (graphs, LayerSteps): decode_steps'
 
     # -- the prompt ---------------------------------------------------------------------------------------
 
@@ -191,6 +192,13 @@ class UnifiedVoice(Conditioning):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """GPT2InferenceModel's lm_head = Sequential(final_norm, mel_head) on ln_f's output: (.., D) -> (.., V)."""
         return self.mel_head(self.final_norm(hidden))
+
+    def decode_steps(self, graphs: Graphs | None) -> LayerSteps:
+        """The one-token step as LayerSteps (CUDA graphs when `graphs` is given), kept while the graphs object is:
+        its graphs, one per beam count, hold the weights' addresses and serve every later request."""
+        if self._steps is None or self._steps[0] is not graphs:
+            self._steps = (graphs, self.gpt.steps(self.token_embedding, lambda h: self.logits(h)[:, -1], graphs))
+        return self._steps[1]
 
     def decode(self, embeds: torch.Tensor, mask: torch.Tensor, beams: int, max_new_tokens: int,
                graphs: Graphs | None = None) -> "MelDecode":
@@ -270,7 +278,7 @@ class MelDecode:
         self.padded = not bool(keys.all())  # the one read of the mask; it only grows by ones
         self.cache = model.gpt.new_cache(self.rows, capacity, embeds.device, embeds.dtype)
         self.position = None  # the next generated token's mel position, a (1,) device tensor
-        self.steps = model.gpt.steps(model.token_embedding, lambda h: model.logits(h)[:, -1], graphs)
+        self.steps = model.decode_steps(graphs)
 
     def _mask(self, q_len: int):
         kv = self.cache.length + q_len

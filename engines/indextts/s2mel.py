@@ -32,6 +32,7 @@ from torch import nn
 from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn import s2mel_cfm
 from mizuoto.nn.ops import Linear
+from mizuoto.runtime.graphs import Graphs
 
 from .reference import MelSettings
 
@@ -85,6 +86,7 @@ class S2Mel(nn.Module):
         self.config = config
         self.nets = s2mel_cfm.S2Mel(config.nets)
         self.gpt_layer = gpt_layer()
+        self._steps: tuple | None = None  # (graphs, StepGraphs): step_graphs'
 
     @classmethod
     def from_state(cls, state, config: S2MelConfig, source: str = "s2mel.pth") -> "S2Mel":
@@ -142,10 +144,20 @@ class S2Mel(nn.Module):
             raise InputError(f"code_lens must be one integer length, a (1,) tensor, got {code_lens!r}")
         return self.regulator(self.content(latent, codes, codec), target_lengths(code_lens))[0]
 
+    def step_graphs(self, graphs: Graphs | None) -> s2mel_cfm.StepGraphs | None:
+        """The CFM's Euler step as CUDA graphs (one per frame count; None: eager), kept while the graphs object is,
+        so a frame count seen before replays at once."""
+        if graphs is None:
+            return None
+        if self._steps is None or self._steps[0] is not graphs:
+            self._steps = (graphs, s2mel_cfm.StepGraphs(self.nets.cfm.estimator, graphs))
+        return self._steps[1]
+
     def mel(self, latent, codes, code_lens, prompt_condition, ref_mel, style, codec, *, steps: int = STEPS,
-            cfg_rate: float = CFG_RATE, generator: torch.Generator | None = None) -> torch.Tensor:
+            cfg_rate: float = CFG_RATE, generator: torch.Generator | None = None,
+            graphs: Graphs | None = None) -> torch.Tensor:
         """The target mel (1, 80, frames): the condition after the prompt's, the CFM from `generator`'s noise, the
-        prompt frames cut off."""
+        prompt frames cut off. With `graphs` each of the 25 steps replays one CUDA graph (the same values)."""
         if generator is None:
             raise InputError("s2mel sampling needs a torch.Generator for its noise (seeded by the request)")
         with torch.inference_mode():
@@ -156,7 +168,8 @@ class S2Mel(nn.Module):
                                  f"{tuple(prompt_condition.shape)}")
             both = torch.cat([prompt_condition, cond], dim=1)
             lengths = torch.tensor([both.shape[1]], dtype=torch.long, device=both.device)
-            out = self.nets.cfm.inference(both, lengths, ref_mel, style, generator, steps=steps, cfg_rate=cfg_rate)
+            out = self.nets.cfm.inference(both, lengths, ref_mel, style, generator, steps=steps, cfg_rate=cfg_rate,
+                                          step_graphs=self.step_graphs(graphs))
             return out[:, :, ref_mel.shape[-1]:]
 
 

@@ -29,6 +29,7 @@ from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.nn.length_regulator import LengthRegulator, RegulatorConfig
 from mizuoto.nn.s2mel_dit import DiT, DiTConfig
 from mizuoto.nn.wavenet import fold_weight_norm
+from mizuoto.runtime.graphs import GraphedCall, Graphs
 
 # ---------------------------------------------------------------------------------------------------
 # The sampler
@@ -111,12 +112,40 @@ def check_condition(mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tensor
                          f"({frames} frames); the condition must hold the prompt's frames and the target's")
 
 
+def euler_step(estimator, x, t, dt, prompt_x, x_lens, style, mu, *, cfg_rate: float, prompt_len: int,
+               guided: bool) -> torch.Tensor:
+    """One step of the solve: x + dt · the (guided) velocity at t, the prompt's frames zeroed again."""
+    x = x + dt * velocity(estimator, x, t, GuidanceBatch(prompt_x, x_lens, style, mu, guided), cfg_rate)
+    x[:, :, :prompt_len] = 0
+    return x
+
+
+class StepGraphs:
+    """`sample`'s Euler step as one CUDA graph per input shape (runtime.graphs.GraphedCall), replayed at every step
+    of every solve of that shape: a request whose frame count is new pays one eager warm-up and one capture, then
+    replays, where a graph of the whole solve would pay two whole solves first. A step reads nothing back and draws
+    nothing, so a replay runs the eager step's kernels: the same mel. Eager where `graphs` is None. Keep it with the
+    loaded model: its graphs hold the weights' addresses."""
+
+    def __init__(self, estimator, graphs: Graphs | None):
+        self.graphs = graphs
+        self.call = GraphedCall(lambda x, t, dt, prompt_x, x_lens, style, mu, generator, **options:
+                                euler_step(estimator, x, t, dt, prompt_x, x_lens, style, mu, **options), graphs)
+
+    def __call__(self, x, t, dt, batch: GuidanceBatch, generator: torch.Generator, *, cfg_rate: float,
+                 prompt_len: int) -> torch.Tensor:
+        return self.call((x, t, dt, batch.prompt_x, batch.x_lens, batch.style, batch.mu), generator,
+                         cfg_rate=cfg_rate, prompt_len=prompt_len, guided=batch.guided)
+
+
 def sample(estimator, mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tensor, style: torch.Tensor,
            generator: torch.Generator, *, steps: int, cfg_rate: float, temperature: float = 1.0,
-           channels: int = 80, zero_prompt_speech_token: bool = False) -> torch.Tensor:
+           channels: int = 80, zero_prompt_speech_token: bool = False,
+           step_graphs: StepGraphs | None = None) -> torch.Tensor:
     """The mel (B, channels, T) for content mu (B, T, D) and lengths x_lens (B,), a prompt mel (B, channels, P)
     (P may be 0) and a style (B, S): seed-vc's `CFM.inference(mu, x_lens, prompt, style, None, steps,
-    temperature, cfg_rate)` with the noise drawn from `generator`. The first P frames of the result are zero."""
+    temperature, cfg_rate)` with the noise drawn from `generator`. The first P frames of the result are zero.
+    With `step_graphs` each step replays its CUDA graph (the same values)."""
     check_steps(steps, cfg_rate, temperature)
     check_condition(mu, x_lens, prompt, style, generator, channels, "s2mel")
     batch, frames, prompt_len = mu.shape[0], mu.shape[1], prompt.shape[-1]
@@ -132,8 +161,11 @@ def sample(estimator, mu: torch.Tensor, x_lens: torch.Tensor, prompt: torch.Tens
             mu[..., :prompt_len] = 0
         inputs = guidance_batch(prompt_x, x_lens, style, mu, cfg_rate > 0)
         for t, dt in time_steps(steps, mu.device):
-            x = x + dt * velocity(estimator, x, t, inputs, cfg_rate)
-            x[:, :, :prompt_len] = 0
+            if step_graphs is None:
+                x = euler_step(estimator, x, t, dt, inputs.prompt_x, inputs.x_lens, inputs.style, inputs.mu,
+                               cfg_rate=cfg_rate, prompt_len=prompt_len, guided=inputs.guided)
+            else:
+                x = step_graphs(x, t, dt, inputs, generator, cfg_rate=cfg_rate, prompt_len=prompt_len)
         return x
 
 
@@ -146,10 +178,10 @@ class FlowMatching(nn.Module):
         self.zero_prompt_speech_token = zero_prompt_speech_token
 
     def inference(self, mu, x_lens, prompt, style, generator, *, steps: int, cfg_rate: float,
-                  temperature: float = 1.0) -> torch.Tensor:
+                  temperature: float = 1.0, step_graphs: StepGraphs | None = None) -> torch.Tensor:
         return sample(self.estimator, mu, x_lens, prompt, style, generator, steps=steps, cfg_rate=cfg_rate,
                       temperature=temperature, channels=self.estimator.config.in_channels,
-                      zero_prompt_speech_token=self.zero_prompt_speech_token)
+                      zero_prompt_speech_token=self.zero_prompt_speech_token, step_graphs=step_graphs)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -148,6 +148,29 @@ def test_the_set_covers_every_emotion_mode():
     assert not any(c["emotion_audio"] or "emo_vector" in c["keywords"] for c in [next(iter(cases))])
 
 
+def test_the_engine_runs_the_gpt_and_cfm_under_the_models_graphs(tmp_path, monkeypatch):
+    """A request with the model's (emulated) CUDA graphs replays the GPT's step segments and the CFM's step: the
+    eager request's codes and samples (the graphs' own reuse: test_indextts_gpt.py, test_indextts_s2mel.py)."""
+    from helpers import EmulatedGraphs
+
+    root = folder()
+    recorded = info(root)
+    loaded = loaded_model(root, tmp_path)
+    speaker = read(root / "speaker.wav")
+    case = recorded["cases"]["speaker"]
+    params = dict(params_of(case, recorded["generation"]), max_mel_tokens=8)
+
+    def request():
+        return next(iter(engine.segments(loaded, case["text"], RequestContext(case["seed"]), params, speaker)))
+
+    want = request()
+    graphs = EmulatedGraphs()
+    monkeypatch.setattr(loaded.handle, "graphs_for", lambda option: graphs)
+    got = request()
+    assert graphs.captures == loaded.config.layers + 1 + 1  # the GPT's segments, the CFM's step
+    assert torch.equal(got.codes, want.codes) and torch.equal(got.mel, want.mel) and torch.equal(got.pcm, want.pcm)
+
+
 def test_bad_input_is_one_line(tmp_path):
     loaded = loaded_model(folder(), tmp_path)
     speaker = read(folder() / "speaker.wav")

@@ -68,8 +68,8 @@ def build(recorded: dict) -> gpt_module.UnifiedVoice:
     return gpt_module.load_gpt({"model": upstream_state(recorded)}, config(recorded))
 
 
-def run_decode(model, embeds, mask, recipe: dict, steps=None) -> dict:
-    decode = model.decode(embeds, mask, recipe["beams"], max_new_tokens=len(recipe["steps"]) + 1)
+def run_decode(model, embeds, mask, recipe: dict, steps=None, graphs=None) -> dict:
+    decode = model.decode(embeds, mask, recipe["beams"], max_new_tokens=len(recipe["steps"]) + 1, graphs=graphs)
     if steps is not None:
         decode.steps = steps(decode)
     out = {"step0": decode.prefill().clone()}
@@ -228,6 +228,25 @@ def test_layer_steps_equal_the_eager_forward(model):
             eager[f"step{i}"] = model.logits(hidden)[:, -1]
     for name in eager:
         assert torch.equal(stepped[name], eager[name]), name
+
+
+def test_graphed_decodes_replay_the_eager_logits_and_keep_their_graphs(model):
+    """Under (emulated) CUDA graphs the step's segments replay: the eager logits at every step; the LayerSteps stay
+    with the model, so a second decode of the same beam count captures nothing."""
+    from helpers import EmulatedGraphs
+
+    refs, recipe = inputs(), info()["decodes"]["beams"]
+    with torch.inference_mode():
+        embeds, mask = model.prompt(refs["in/conds"], torch.tensor(recipe["text"], dtype=torch.int32))
+        eager = run_decode(model, embeds, mask, recipe)
+        graphs = EmulatedGraphs()
+        first = run_decode(model, embeds, mask, recipe, graphs=graphs)
+        captured = graphs.captures
+        second = run_decode(model, embeds, mask, recipe, graphs=graphs)
+    assert captured == model.gpt_config.layers + 1 and graphs.captures == captured
+    assert model.decode_steps(graphs) is model.decode_steps(graphs) is not model.decode_steps(None)
+    for name in eager:
+        assert torch.equal(first[name], eager[name]) and torch.equal(second[name], eager[name]), name
 
 
 def test_the_mel_positions_follow_upstreams_quirk(model):

@@ -316,3 +316,31 @@ def test_bad_inputs_are_one_line_errors(models):
 
 if __name__ == "__main__":  # the pinned subprocess
     print(json.dumps(ours(Path(sys.argv[1]), Path(sys.argv[2]))))
+
+
+def test_the_cfm_steps_replay_one_graph_per_frame_count_with_the_eager_mel(models):
+    """With (emulated) CUDA graphs each Euler step replays the graph of its frame count: the eager mel; a new code
+    count captures once, a count seen before captures nothing; the graphs stay with the model."""
+    from helpers import EmulatedGraphs
+
+    recorded, refs = info(), inputs()
+    config, model, codec = models["config"], models["s2mel"], models["codec"]
+    clip = recorded["prompt_clip"]
+    prompt = reference.speaker_audio(refs[f"in/{clip}"], recorded["clips"][clip][0])
+    ref_mel = config.mel.mel(prompt.audio_22k)
+    style = reference.style(models["campplus"], prompt.audio_16k)
+    prompt_condition = model.prompt(codec.quantize(refs["in/w2v_features"])[1], ref_mel)
+
+    def mel(length, graphs=None):
+        latent, codes = refs["in/latent"][:, :length], refs["in/codes"][:, :length]
+        return model.mel(latent, codes, torch.tensor([length]), prompt_condition, ref_mel, style, codec, steps=3,
+                         cfg_rate=0.7, generator=torch.Generator().manual_seed(5), graphs=graphs)
+
+    full = refs["in/codes"].shape[1]
+    eager = {length: mel(length) for length in (full, full - 2)}
+    graphs, counts = EmulatedGraphs(), []
+    for length in (full, full - 2, full):
+        assert torch.equal(mel(length, graphs), eager[length])
+        counts.append(graphs.captures)
+    assert counts == [1, 2, 2] and model.step_graphs(graphs) is model.step_graphs(graphs)
+    assert model.step_graphs(None) is None
