@@ -32,6 +32,7 @@ from mizuoto.core.errors import CheckpointError, InputError
 from mizuoto.core.options import RuntimeOptions
 from mizuoto.nn import bigvgan, campplus, maskgct_codec, w2v_bert
 from mizuoto.runtime.beam_sample import beam_sample
+from mizuoto.runtime.compile import compile_module
 from mizuoto.runtime.context import RequestContext
 from mizuoto.runtime.handles import ModelHandle
 
@@ -68,6 +69,7 @@ class IndexTTSLoaded:
     handle: ModelHandle
     options: RuntimeOptions
     details: dict = field(default_factory=dict)
+    compiled_vocoder: object = None  # compute.compile: BigVGAN compiled (None: eager)
 
     @property
     def device(self) -> torch.device:
@@ -115,12 +117,19 @@ def load(source: str | Path | None, device: torch.device, dtype: torch.dtype,
     emotion_model = None  # QwenEmotion's port is not checked against upstream yet: emotion=text is refused
     modules = nn.ModuleList([gpt, semantic, codec, back, speaker, vocoder]
                             + ([emotion_model.lm] if emotion_model is not None else []))
-    return IndexTTSLoaded(
+    return _compiled(IndexTTSLoaded(
         found.version, gpt, semantic, semantic.config, stats, _padding_value(found.w2v_bert), codec, back, speaker,
         vocoder, text, bank, emotion_model, s2mel_config.mel, str(source),
         ModelHandle(modules, device), options,
         details={"text_normaliser": text.normaliser.name,
-                 "emotion_model": "loaded" if emotion_model is not None else "not loaded"})
+                 "emotion_model": "loaded" if emotion_model is not None else "not loaded"}), options)
+
+
+def _compiled(loaded: IndexTTSLoaded, options: RuntimeOptions) -> IndexTTSLoaded:
+    """compute.compile: BigVGAN compiled (its share of the time grows with the audio's length; the GPT and the
+    CFM replay CUDA graphs instead)."""
+    return replace(loaded, options=options, compiled_vocoder=compile_module(
+        loaded.vocoder, options.compile, "indextts.bigvgan", device=loaded.device))
 
 
 def _gpt_state(path: Path, config: GptConfig) -> dict:
@@ -155,7 +164,10 @@ def _padding_value(folder: Path) -> float:
 
 
 def rebind(previous: IndexTTSLoaded, options: RuntimeOptions) -> IndexTTSLoaded:
-    return replace(previous, options=options)
+    """The same weights under other runtime options: nothing reloads; the compiled vocoder follows compute.compile."""
+    if options.compile == previous.options.compile:
+        return replace(previous, options=options)
+    return _compiled(previous, options)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -321,7 +333,7 @@ def _segment(loaded: IndexTTSLoaded, speaker: Voice, latents: torch.Tensor, emov
     lengths = torch.tensor([length], dtype=torch.long, device=codes.device)
     mel = loaded.s2mel.mel(latent, codes, lengths, speaker.prompt, speaker.mel, speaker.style, loaded.codec,
                            generator=generator, graphs=graphs)
-    vocoded = loaded.vocoder(mel.float())
+    vocoded = (loaded.compiled_vocoder or loaded.vocoder)(mel.float())
     pcm = torch.clamp(PCM16_MAX * vocoded.reshape(1, -1), -PCM16_MAX, PCM16_MAX)
     return Segment(codes, mel, vocoded, pcm.float().cpu())
 

@@ -171,6 +171,22 @@ def test_the_engine_runs_the_gpt_and_cfm_under_the_models_graphs(tmp_path, monke
     assert torch.equal(got.codes, want.codes) and torch.equal(got.mel, want.mel) and torch.equal(got.pcm, want.pcm)
 
 
+def test_compute_compile_compiles_bigvgan_and_rebinds_without_reloading(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from helpers import record_compiles
+
+    calls = record_compiles(monkeypatch)
+    loaded = loaded_model(folder(), tmp_path)
+    assert loaded.compiled_vocoder is None
+    compiled = engine.rebind(loaded, replace(OPTIONS, compile=True))
+    assert compiled.gpt is loaded.gpt and compiled.vocoder is loaded.vocoder  # nothing reloaded
+    mel = torch.randn(1, 80, 6, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        assert torch.equal(compiled.compiled_vocoder(mel), loaded.vocoder(mel)) and calls == ["BigVGAN"]
+    assert engine.rebind(compiled, OPTIONS).compiled_vocoder is None
+
+
 def test_bad_input_is_one_line(tmp_path):
     loaded = loaded_model(folder(), tmp_path)
     speaker = read(folder() / "speaker.wav")
